@@ -1,0 +1,571 @@
+//! The cluster configuration: one TOML file, sections `[cluster] [master] [journal]
+//! [worker] [client] [fuse] [log]`. Sizes (`"128MB"`) and durations (`"30s"`) are parsed
+//! at load; unknown keys and bad values are rejected naming the key.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::error::{FsError, FsResult};
+use crate::proto::StorageTier;
+
+/// Environment variable that overrides the configuration file path.
+pub const CONF_ENV: &str = "CURVINE_CONF_FILE";
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConf {
+    pub cluster: ClusterSection,
+    pub master: MasterConf,
+    pub journal: JournalConf,
+    pub worker: WorkerConf,
+    pub client: ClientConf,
+    pub fuse: FuseConf,
+    pub log: LogConf,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterSection {
+    /// Free-form name shown in reports.
+    pub name: String,
+    /// Shared secret required on every RPC and data stream; empty = no authentication.
+    pub auth_token: String,
+}
+
+impl Default for ClusterSection {
+    fn default() -> Self {
+        ClusterSection {
+            name: "curvine".into(),
+            auth_token: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MasterConf {
+    /// Address the master's gRPC service binds to.
+    pub hostname: String,
+    pub rpc_port: u16,
+    /// RocksDB directory for the namespace and block map.
+    pub meta_dir: PathBuf,
+    /// Defaults for files created without explicit values.
+    pub block_size: ByteSize,
+    pub replicas: u32,
+    pub storage_tier: Tier,
+    /// A worker silent for this long is declared lost.
+    pub worker_lost_timeout: Dur,
+    /// A file whose writer has not renewed its lease for this long is removed.
+    pub lease_timeout: Dur,
+    /// Entries per `list` reply page.
+    pub list_page_size: u32,
+    /// Maximum length of one path component in bytes.
+    pub max_name_len: usize,
+    /// Maximum path length in bytes.
+    pub max_path_len: usize,
+}
+
+impl Default for MasterConf {
+    fn default() -> Self {
+        MasterConf {
+            hostname: "127.0.0.1".into(),
+            rpc_port: 8995,
+            meta_dir: PathBuf::from("/var/tmp/curvine/meta"),
+            block_size: ByteSize(128 << 20),
+            replicas: 1,
+            storage_tier: Tier(StorageTier::Mem),
+            worker_lost_timeout: Dur(Duration::from_secs(30)),
+            lease_timeout: Dur(Duration::from_secs(60)),
+            list_page_size: 1000,
+            max_name_len: 255,
+            max_path_len: 4096,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JournalConf {
+    /// Sync the RocksDB WAL before acknowledging a mutation. Concurrent mutations share
+    /// one sync (group commit). Off = faster, but a `kill -9` may lose acknowledged work.
+    pub sync: bool,
+}
+
+impl Default for JournalConf {
+    fn default() -> Self {
+        JournalConf { sync: true }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FsyncPolicy {
+    /// Leave block data to the page cache (tmpfs has nothing to sync).
+    None,
+    /// fsync the block file and its checksums before acknowledging a commit.
+    OnCommit,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerConf {
+    /// Address clients reach the data plane on (also what the master hands out).
+    pub hostname: String,
+    pub data_port: u16,
+    /// Tier directories: `[MEM:4GB]/dev/shm/curvine`, `[SSD:50GB]/path`, `[HDD]/path`.
+    pub data_dir: Vec<String>,
+    /// Checksum chunk size; CRC32C is stored per chunk.
+    pub chunk_size: ByteSize,
+    /// Past this fraction of a tier's capacity, cold blocks move down a tier ...
+    pub high_watermark: f64,
+    /// ... until usage falls below this fraction.
+    pub low_watermark: f64,
+    pub heartbeat_interval: Dur,
+    pub fsync: FsyncPolicy,
+    /// Maximum payload bytes in one data frame.
+    pub max_frame_size: ByteSize,
+}
+
+impl Default for WorkerConf {
+    fn default() -> Self {
+        WorkerConf {
+            hostname: "127.0.0.1".into(),
+            data_port: 8997,
+            data_dir: vec![
+                "[MEM:4GB]/dev/shm/curvine".into(),
+                "[SSD:20GB]/var/tmp/curvine/ssd".into(),
+            ],
+            chunk_size: ByteSize(64 << 10),
+            high_watermark: 0.95,
+            low_watermark: 0.85,
+            heartbeat_interval: Dur(Duration::from_secs(3)),
+            fsync: FsyncPolicy::None,
+            max_frame_size: ByteSize(4 << 20),
+        }
+    }
+}
+
+/// One parsed `worker.data_dir` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TierDir {
+    pub tier: StorageTier,
+    /// `None` = the free space of the file system it lives on.
+    pub capacity: Option<u64>,
+    pub path: PathBuf,
+}
+
+impl TierDir {
+    /// Parse `[MEM:4GB]/dev/shm/curvine`; a bad entry is an error naming it.
+    pub fn parse(entry: &str) -> FsResult<TierDir> {
+        let bad = |why: &str| FsError::config(format!("worker.data_dir entry {entry:?}: {why}"));
+        let rest = entry.trim();
+        let rest = rest
+            .strip_prefix('[')
+            .ok_or_else(|| bad("expected [TIER:SIZE]/path"))?;
+        let (spec, path) = rest
+            .split_once(']')
+            .ok_or_else(|| bad("missing ] after the tier"))?;
+        let (tier_s, cap_s) = match spec.split_once(':') {
+            Some((t, c)) => (t, Some(c)),
+            None => (spec, None),
+        };
+        let tier = StorageTier::parse(tier_s.trim()).ok_or_else(|| {
+            bad(&format!(
+                "unknown tier {tier_s:?} (expected MEM, SSD or HDD)"
+            ))
+        })?;
+        let capacity = match cap_s {
+            Some(c) => Some(parse_size(c).map_err(|e| bad(&e))?),
+            None => None,
+        };
+        if path.trim().is_empty() || !path.starts_with('/') {
+            return Err(bad("the path must be absolute"));
+        }
+        Ok(TierDir {
+            tier,
+            capacity,
+            path: PathBuf::from(path),
+        })
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClientConf {
+    /// Master addresses (`host:port`); the first reachable one is used.
+    pub master_addrs: Vec<String>,
+    /// Defaults for created files (0 / empty = the master's default).
+    pub block_size: ByteSize,
+    pub replicas: u32,
+    pub storage_tier: Tier,
+    /// Read and write block files directly when the worker is on this host.
+    pub short_circuit: bool,
+    /// Verify CRC32C on every read (short-circuit reads included).
+    pub verify_checksum: bool,
+    /// Payload bytes per data-plane frame.
+    pub frame_size: ByteSize,
+    /// How far ahead a remote reader asks the worker to stream.
+    pub read_ahead: ByteSize,
+    pub connect_timeout: Dur,
+    pub rpc_timeout: Dur,
+    /// Attempts for idempotent master calls on a retryable error.
+    pub rpc_retries: u32,
+    pub retry_backoff: Dur,
+    /// Host name this client reports for local-worker placement and short-circuit.
+    pub hostname: String,
+}
+
+impl Default for ClientConf {
+    fn default() -> Self {
+        ClientConf {
+            master_addrs: vec!["127.0.0.1:8995".into()],
+            block_size: ByteSize(0),
+            replicas: 0,
+            storage_tier: Tier(StorageTier::Unspecified),
+            short_circuit: true,
+            verify_checksum: true,
+            frame_size: ByteSize(1 << 20),
+            read_ahead: ByteSize(16 << 20),
+            connect_timeout: Dur(Duration::from_secs(5)),
+            rpc_timeout: Dur(Duration::from_secs(30)),
+            rpc_retries: 5,
+            retry_backoff: Dur(Duration::from_millis(200)),
+            hostname: "127.0.0.1".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FuseConf {
+    pub mnt_path: PathBuf,
+    /// Curvine directory shown at the mount point.
+    pub fs_path: String,
+    pub attr_ttl: Dur,
+    pub entry_ttl: Dur,
+    pub negative_ttl: Dur,
+    pub max_write: ByteSize,
+    pub writeback_cache: bool,
+    pub read_only: bool,
+}
+
+impl Default for FuseConf {
+    fn default() -> Self {
+        FuseConf {
+            mnt_path: PathBuf::from("/curvine-fuse"),
+            fs_path: "/".into(),
+            attr_ttl: Dur(Duration::from_secs(1)),
+            entry_ttl: Dur(Duration::from_secs(1)),
+            negative_ttl: Dur(Duration::from_secs(0)),
+            max_write: ByteSize(1 << 20),
+            writeback_cache: false,
+            read_only: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConf {
+    /// tracing filter, e.g. `info` or `curvine_server=debug,info`.
+    pub level: String,
+    /// Directory for log files; empty = standard error.
+    pub dir: String,
+}
+
+impl Default for LogConf {
+    fn default() -> Self {
+        LogConf {
+            level: "info".into(),
+            dir: String::new(),
+        }
+    }
+}
+
+impl ClusterConf {
+    /// Load from `path`, or from `$CURVINE_CONF_FILE` when `path` is `None`.
+    pub fn load_default(path: Option<&Path>) -> FsResult<ClusterConf> {
+        match path {
+            Some(p) => Self::load(p),
+            None => match std::env::var_os(CONF_ENV) {
+                Some(p) => Self::load(Path::new(&p)),
+                None => Err(FsError::config(format!(
+                    "no configuration file: pass --conf FILE or set {CONF_ENV}"
+                ))),
+            },
+        }
+    }
+
+    pub fn load(path: &Path) -> FsResult<ClusterConf> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| FsError::config(format!("read {}: {e}", path.display())))?;
+        Self::parse(&text).map_err(|e| FsError::config(format!("{}: {e}", path.display())))
+    }
+
+    pub fn parse(text: &str) -> FsResult<ClusterConf> {
+        let conf: ClusterConf =
+            toml::from_str(text).map_err(|e| FsError::config(e.to_string().trim().to_string()))?;
+        conf.validate()?;
+        Ok(conf)
+    }
+
+    pub fn validate(&self) -> FsResult<()> {
+        let w = &self.worker;
+        if !(0.0 < w.low_watermark
+            && w.low_watermark <= w.high_watermark
+            && w.high_watermark <= 1.0)
+        {
+            return Err(FsError::config(
+                "worker.low_watermark and worker.high_watermark must satisfy 0 < low <= high <= 1",
+            ));
+        }
+        if w.chunk_size.0 == 0 || w.chunk_size.0 > (16 << 20) {
+            return Err(FsError::config("worker.chunk_size must be in (0, 16MB]"));
+        }
+        if w.max_frame_size.0 < w.chunk_size.0 {
+            return Err(FsError::config(
+                "worker.max_frame_size must be at least worker.chunk_size",
+            ));
+        }
+        for d in &w.data_dir {
+            TierDir::parse(d)?;
+        }
+        if self.master.block_size.0 == 0 {
+            return Err(FsError::config("master.block_size must be positive"));
+        }
+        if self.master.replicas == 0 {
+            return Err(FsError::config("master.replicas must be at least 1"));
+        }
+        if self.client.master_addrs.is_empty() {
+            return Err(FsError::config("client.master_addrs must not be empty"));
+        }
+        if self.client.frame_size.0 == 0 {
+            return Err(FsError::config("client.frame_size must be positive"));
+        }
+        Ok(())
+    }
+
+    /// The worker's tier directories, fastest tier first.
+    pub fn tier_dirs(&self) -> FsResult<Vec<TierDir>> {
+        let mut dirs = self
+            .worker
+            .data_dir
+            .iter()
+            .map(|d| TierDir::parse(d))
+            .collect::<FsResult<Vec<_>>>()?;
+        dirs.sort_by_key(|d| d.tier as i32);
+        Ok(dirs)
+    }
+
+    pub fn master_addr(&self) -> String {
+        format!("{}:{}", self.master.hostname, self.master.rpc_port)
+    }
+}
+
+/// A byte size written as `"128MB"`, `"4GB"`, `"64KiB"` or a plain integer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    pub fn as_u64(self) -> u64 {
+        self.0
+    }
+    pub fn as_usize(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Parse a size: digits with an optional unit B, K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB.
+/// Units are binary (1KB = 1024 bytes), as in the seed benchmarks.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    if num.is_empty() {
+        return Err(format!(
+            "bad size {s:?}: expected a number with an optional unit"
+        ));
+    }
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        other => return Err(format!("bad size {s:?}: unknown unit {other:?}")),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("bad size {s:?}: {num:?} is not a number"))?;
+    let bytes = v * mult as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!("bad size {s:?}: out of range"));
+    }
+    Ok(bytes as u64)
+}
+
+impl FromStr for ByteSize {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_size(s).map(ByteSize)
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = self.0;
+        for (unit, shift) in [("TB", 40), ("GB", 30), ("MB", 20), ("KB", 10)] {
+            if v >= 1 << shift && v.is_multiple_of(1 << shift) {
+                return write!(f, "{}{unit}", v >> shift);
+            }
+        }
+        write!(f, "{v}B")
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Str(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(v) => Ok(ByteSize(v)),
+            Raw::Str(s) => parse_size(&s)
+                .map(ByteSize)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// A duration written as `"30s"`, `"500ms"`, `"5m"`, `"1h"` (a bare number is seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Dur(pub Duration);
+
+impl Dur {
+    pub fn get(self) -> Duration {
+        self.0
+    }
+}
+
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("bad duration {s:?}: expected e.g. 30s, 500ms, 5m"))?;
+    let secs = match unit.trim() {
+        "" | "s" | "sec" => v,
+        "ms" => v / 1e3,
+        "us" => v / 1e6,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        other => return Err(format!("bad duration {s:?}: unknown unit {other:?}")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("bad duration {s:?}: out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Str(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(v) => Ok(Dur(Duration::from_secs(v))),
+            Raw::Str(s) => parse_duration(&s)
+                .map(Dur)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// A storage tier written as `"mem"`, `"ssd"` or `"hdd"` (or `""` for the default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tier(pub StorageTier);
+
+impl<'de> Deserialize<'de> for Tier {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.is_empty() {
+            return Ok(Tier(StorageTier::Unspecified));
+        }
+        StorageTier::parse(&s).map(Tier).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown storage tier {s:?} (expected mem, ssd or hdd)"
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations_parse() {
+        assert_eq!(parse_size("128MB").unwrap(), 128 << 20);
+        assert_eq!(parse_size("64kb").unwrap(), 64 << 10);
+        assert_eq!(parse_size("4GiB").unwrap(), 4 << 30);
+        assert_eq!(parse_size("100").unwrap(), 100);
+        assert!(parse_size("12XB").is_err());
+        assert!(parse_size("MB").is_err());
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn tier_dirs_parse_and_reject_bad_entries() {
+        let d = TierDir::parse("[MEM:4GB]/dev/shm/curvine").unwrap();
+        assert_eq!(d.tier, StorageTier::Mem);
+        assert_eq!(d.capacity, Some(4 << 30));
+        let d = TierDir::parse("[HDD]/data").unwrap();
+        assert_eq!(d.capacity, None);
+        let e = TierDir::parse("[NVM:1GB]/x").unwrap_err().to_string();
+        assert!(
+            e.contains("[NVM:1GB]/x") && e.contains("unknown tier"),
+            "{e}"
+        );
+        assert!(TierDir::parse("/no/tier").is_err());
+        assert!(TierDir::parse("[SSD:1GB]relative").is_err());
+        assert!(TierDir::parse("[SSD:lots]/x").is_err());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_name_the_key() {
+        let e = ClusterConf::parse("[master]\nrpc_prot = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rpc_prot"), "{e}");
+        let e = ClusterConf::parse("[client]\nblock_size = \"12 parsecs\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("block_size") || e.contains("12 parsecs"), "{e}");
+        let e = ClusterConf::parse("[bogus]\n").unwrap_err().to_string();
+        assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn shipped_conf_parses() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf/curvine-cluster.toml");
+        let conf = ClusterConf::load(&path).unwrap();
+        assert!(!conf.tier_dirs().unwrap().is_empty());
+    }
+}

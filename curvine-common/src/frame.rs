@@ -1,0 +1,176 @@
+//! Data-plane framing: `[u32 frame_len][u32 header_len][DataHeader][payload]`, big endian,
+//! where `frame_len = 4 + header_len + payload_len`. The payload is raw bytes so the
+//! receiver can read it straight into its own buffer.
+
+use bytes::{Buf, BytesMut};
+use prost::Message;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::error::{FsError, FsResult};
+use crate::proto::{DataHeader, DataOp};
+
+/// Headers are small; anything larger is garbage or an attack.
+pub const MAX_HEADER_LEN: usize = 64 << 10;
+
+/// Write one frame with a single vectored write (header and payload, no copy of the payload).
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    header: &DataHeader,
+    payload: &[u8],
+) -> FsResult<()> {
+    let hlen = header.encoded_len();
+    let mut head = Vec::with_capacity(8 + hlen);
+    let frame_len = 4 + hlen + payload.len();
+    let frame_len =
+        u32::try_from(frame_len).map_err(|_| FsError::protocol("frame larger than 4 GiB"))?;
+    head.extend_from_slice(&frame_len.to_be_bytes());
+    head.extend_from_slice(&(hlen as u32).to_be_bytes());
+    header
+        .encode(&mut head)
+        .map_err(|e| FsError::protocol(format!("encode header: {e}")))?;
+    let mut chain = Buf::chain(&head[..], payload);
+    w.write_all_buf(&mut chain)
+        .await
+        .map_err(|e| FsError::io_ctx("write frame", e))
+}
+
+/// Read one frame; the payload replaces the contents of `payload`.
+/// Returns `Ok(None)` on a clean end of stream before the first byte of a frame.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    payload: &mut BytesMut,
+    max_payload: usize,
+) -> FsResult<Option<DataHeader>> {
+    let mut len4 = [0u8; 4];
+    match r.read_exact(&mut len4).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(FsError::io_ctx("read frame", e)),
+    }
+    let frame_len = u32::from_be_bytes(len4) as usize;
+    if frame_len < 4 {
+        return Err(FsError::protocol(format!(
+            "frame length {frame_len} too small"
+        )));
+    }
+    r.read_exact(&mut len4)
+        .await
+        .map_err(|e| FsError::io_ctx("read frame header length", e))?;
+    let hlen = u32::from_be_bytes(len4) as usize;
+    if hlen > MAX_HEADER_LEN || hlen > frame_len - 4 {
+        return Err(FsError::protocol(format!(
+            "bad header length {hlen} in a frame of {frame_len} bytes"
+        )));
+    }
+    let plen = frame_len - 4 - hlen;
+    if plen > max_payload {
+        return Err(FsError::protocol(format!(
+            "payload of {plen} bytes exceeds the limit of {max_payload}"
+        )));
+    }
+    let mut hbuf = vec![0u8; hlen];
+    r.read_exact(&mut hbuf)
+        .await
+        .map_err(|e| FsError::io_ctx("read frame header", e))?;
+    let header = DataHeader::decode(&hbuf[..])
+        .map_err(|e| FsError::protocol(format!("decode frame header: {e}")))?;
+    payload.clear();
+    payload.resize(plen, 0);
+    r.read_exact(&mut payload[..])
+        .await
+        .map_err(|e| FsError::io_ctx("read frame payload", e))?;
+    Ok(Some(header))
+}
+
+/// A header of the given op (other fields default).
+pub fn header(op: DataOp) -> DataHeader {
+    DataHeader {
+        op: op as i32,
+        ..Default::default()
+    }
+}
+
+/// An error reply frame header.
+pub fn error_header(e: &FsError) -> DataHeader {
+    DataHeader {
+        op: DataOp::Error as i32,
+        error: Some(e.to_detail()),
+        ..Default::default()
+    }
+}
+
+/// Turn an error frame into the error it carries; other ops pass through.
+pub fn check_error(h: DataHeader) -> FsResult<DataHeader> {
+    if h.op == DataOp::Error as i32 {
+        return Err(match h.error {
+            Some(d) => FsError::from_detail(d),
+            None => FsError::protocol("error frame without detail"),
+        });
+    }
+    Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frame_round_trip() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 20);
+        let mut h = header(DataOp::WriteData);
+        h.block_id = 7;
+        h.crcs = vec![1, 2, 3];
+        write_frame(&mut a, &h, b"hello").await.unwrap();
+        write_frame(&mut a, &header(DataOp::WriteCommit), &[])
+            .await
+            .unwrap();
+        drop(a);
+        let mut buf = BytesMut::new();
+        let got = read_frame(&mut b, &mut buf, 1 << 20)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.block_id, 7);
+        assert_eq!(got.crcs, vec![1, 2, 3]);
+        assert_eq!(&buf[..], b"hello");
+        let got = read_frame(&mut b, &mut buf, 1 << 20)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.op, DataOp::WriteCommit as i32);
+        assert!(buf.is_empty());
+        assert!(read_frame(&mut b, &mut buf, 1 << 20)
+            .await
+            .unwrap()
+            .is_none());
+    }
+
+    #[tokio::test]
+    async fn garbage_is_rejected_without_huge_allocation() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        // claims a 4 GiB frame with a 4 GiB header
+        a.write_all(&[0xff; 16]).await.unwrap();
+        drop(a);
+        let mut buf = BytesMut::new();
+        let e = read_frame(&mut b, &mut buf, 1 << 20).await.unwrap_err();
+        assert!(matches!(e, FsError::Protocol { .. }), "{e}");
+
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        a.write_all(&[0, 0, 0, 20, 0, 0, 0, 2, 0xff, 0xff])
+            .await
+            .unwrap();
+        drop(a);
+        assert!(read_frame(&mut b, &mut buf, 1 << 20).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn oversized_payload_is_rejected() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        write_frame(&mut a, &header(DataOp::WriteData), &[0u8; 2000])
+            .await
+            .unwrap();
+        let mut buf = BytesMut::new();
+        let e = read_frame(&mut b, &mut buf, 1000).await.unwrap_err();
+        assert!(matches!(e, FsError::Protocol { .. }));
+    }
+}

@@ -1,0 +1,1 @@
+//! JNI bindings for the Java client; they land with the Java issue.
