@@ -1,0 +1,168 @@
+//! Attributes: set_attr (chmod/chown/utimens/replicas), extended attributes, report.
+
+use curvine_common::proto::{CallerInfo, FileStatus, ReportResponse, SetAttrRequest};
+use curvine_common::{FsError, FsResult};
+
+use super::namespace::{check, is_root, status, Namespace};
+
+/// `set_xattr` flag: fail with AlreadyExists when the attribute exists.
+pub const XATTR_CREATE: u32 = 1;
+/// `set_xattr` flag: fail with NoSuchXattr when the attribute is missing.
+pub const XATTR_REPLACE: u32 = 2;
+
+const MAX_XATTR_NAME: usize = 255;
+const MAX_XATTR_VALUE: usize = 64 << 10;
+
+impl Namespace {
+    pub fn set_attr(&self, req: &SetAttrRequest) -> FsResult<(FileStatus, u64)> {
+        let c = req.caller.clone().unwrap_or_default();
+        self.mutate(|txn| {
+            let w = self.walk(&*txn, &req.path, &c, true)?;
+            let mut ino = w.existing()?.clone();
+            let owner = is_root(&c) || c.uid == ino.uid;
+            let denied = || FsError::PermissionDenied {
+                path: w.path.clone(),
+            };
+            if let Some(mode) = req.mode {
+                if !owner {
+                    return Err(denied());
+                }
+                ino.mode = mode & 0o7777;
+            }
+            if let Some(uid) = req.uid {
+                if uid != ino.uid && !is_root(&c) {
+                    return Err(denied());
+                }
+                ino.uid = uid;
+            }
+            if let Some(gid) = req.gid {
+                if gid != ino.gid && !is_root(&c) && !(c.uid == ino.uid && gid == c.gid) {
+                    return Err(denied());
+                }
+                ino.gid = gid;
+            }
+            if req.mtime_ms.is_some() || req.atime_ms.is_some() {
+                if !owner {
+                    return Err(denied());
+                }
+                if let Some(t) = req.mtime_ms {
+                    ino.mtime_ms = t;
+                }
+                if let Some(t) = req.atime_ms {
+                    ino.atime_ms = t;
+                }
+            }
+            if let Some(r) = req.replicas {
+                if !owner {
+                    return Err(denied());
+                }
+                if r == 0 || r > 16 {
+                    return Err(FsError::invalid(format!(
+                        "replicas {r} is out of range (1..=16)"
+                    )));
+                }
+                ino.replicas = r;
+            }
+            ino.ctime_ms = txn.now;
+            txn.put_inode(ino.clone());
+            Ok(status(&ino, w.path.clone(), w.name.clone()))
+        })
+    }
+
+    pub fn set_xattr(
+        &self,
+        path: &str,
+        name: &str,
+        value: &[u8],
+        flags: u32,
+        c: &CallerInfo,
+    ) -> FsResult<((), u64)> {
+        check_xattr_name(name)?;
+        if value.len() > MAX_XATTR_VALUE {
+            return Err(FsError::invalid(format!(
+                "xattr value of {} bytes is too large",
+                value.len()
+            )));
+        }
+        self.mutate(|txn| {
+            let w = self.walk(&*txn, path, c, true)?;
+            let mut ino = w.existing()?.clone();
+            check(c, &ino, 2, &w.path)?;
+            let exists = ino.xattrs.contains_key(name);
+            if flags & XATTR_CREATE != 0 && exists {
+                return Err(FsError::exists(&w.path));
+            }
+            if flags & XATTR_REPLACE != 0 && !exists {
+                return Err(FsError::NoSuchXattr {
+                    path: w.path.clone(),
+                });
+            }
+            ino.xattrs.insert(name.to_string(), value.to_vec());
+            ino.ctime_ms = txn.now;
+            txn.put_inode(ino);
+            Ok(())
+        })
+    }
+
+    pub fn get_xattr(&self, path: &str, name: &str, c: &CallerInfo) -> FsResult<Vec<u8>> {
+        let w = self.walk(&*self.store, path, c, true)?;
+        let ino = w.existing()?;
+        check(c, ino, 4, &w.path)?;
+        ino.xattrs
+            .get(name)
+            .cloned()
+            .ok_or_else(|| FsError::NoSuchXattr {
+                path: w.path.clone(),
+            })
+    }
+
+    pub fn list_xattr(&self, path: &str, c: &CallerInfo) -> FsResult<Vec<String>> {
+        let w = self.walk(&*self.store, path, c, true)?;
+        let ino = w.existing()?;
+        Ok(ino.xattrs.keys().cloned().collect())
+    }
+
+    pub fn remove_xattr(&self, path: &str, name: &str, c: &CallerInfo) -> FsResult<((), u64)> {
+        self.mutate(|txn| {
+            let w = self.walk(&*txn, path, c, true)?;
+            let mut ino = w.existing()?.clone();
+            check(c, &ino, 2, &w.path)?;
+            if ino.xattrs.remove(name).is_none() {
+                return Err(FsError::NoSuchXattr {
+                    path: w.path.clone(),
+                });
+            }
+            ino.ctime_ms = txn.now;
+            txn.put_inode(ino);
+            Ok(())
+        })
+    }
+
+    pub fn report(&self) -> ReportResponse {
+        let counters = self.counters();
+        let workers = self.workers.reports();
+        let (mut capacity, mut used) = (0, 0);
+        for w in workers.iter().filter(|w| w.alive) {
+            for t in &w.tiers {
+                capacity += t.capacity;
+                used += t.used;
+            }
+        }
+        ReportResponse {
+            capacity,
+            used,
+            files: counters.files,
+            dirs: counters.dirs,
+            blocks: counters.blocks,
+            workers,
+            cluster_id: self.cluster_id.clone(),
+        }
+    }
+}
+
+fn check_xattr_name(name: &str) -> FsResult<()> {
+    if name.is_empty() || name.len() > MAX_XATTR_NAME || name.contains('\0') {
+        return Err(FsError::invalid(format!("bad xattr name {name:?}")));
+    }
+    Ok(())
+}

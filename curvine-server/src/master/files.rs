@@ -1,0 +1,445 @@
+//! File lifecycle: create, append, add_block, complete, abandon, lease expiry, open and
+//! truncate.
+
+use curvine_common::proto::{
+    AddBlockRequest, AppendRequest, BlockLocation, CallerInfo, CommittedBlock, CompleteRequest,
+    CreateRequest, FileStatus, FileType, LocatedBlock, StorageTier,
+};
+use curvine_common::{BlockId, FsError, FsResult, InodeId};
+use tracing::{debug, info};
+
+use super::namespace::{check, check_sticky, is_dir, is_file, status, Namespace, Reader, Txn};
+use super::records::{BlockRec, InodeRec, Loc};
+use super::store;
+
+impl Namespace {
+    pub fn create(&self, req: &CreateRequest) -> FsResult<(FileStatus, u64)> {
+        let c = req.caller.clone().unwrap_or_default();
+        let tier = match StorageTier::try_from(req.storage_tier).unwrap_or(StorageTier::Unspecified)
+        {
+            StorageTier::Unspecified => self.conf.storage_tier.0,
+            t => t,
+        };
+        let tier = if tier == StorageTier::Unspecified {
+            StorageTier::Mem
+        } else {
+            tier
+        };
+        let replicas = if req.replicas == 0 {
+            self.conf.replicas
+        } else {
+            req.replicas
+        };
+        let block_size = if req.block_size == 0 {
+            self.conf.block_size.0
+        } else {
+            req.block_size
+        };
+        if replicas > 16 {
+            return Err(FsError::invalid(format!(
+                "replicas {replicas} is out of range (1..=16)"
+            )));
+        }
+        self.mutate(|txn| {
+            let parent = if req.create_parents {
+                self.mkdirs_for(txn, &req.path, &c)?
+            } else {
+                None
+            };
+            let w = self.walk(&*txn, &req.path, &c, false)?;
+            let dir = match parent {
+                Some(p) => txn.must_inode(p)?,
+                None => w
+                    .dir()
+                    .map_err(|_| FsError::IsADirectory {
+                        path: w.path.clone(),
+                    })?
+                    .clone(),
+            };
+            if let Some(old) = &w.inode {
+                if is_dir(old) {
+                    return Err(FsError::IsADirectory {
+                        path: w.path.clone(),
+                    });
+                }
+                if req.exclusive || !req.overwrite {
+                    return Err(FsError::exists(&w.path));
+                }
+                check(&c, &dir, 3, &w.parent_path())?;
+                check_sticky(&c, &dir, old, &w.path)?;
+                txn.unlink_entry(dir.id, &w.name)?;
+                txn.release_inode(old.clone())?;
+            } else {
+                check(&c, &dir, 3, &w.parent_path())?;
+            }
+            let mode = if req.mode == 0 { 0o644 } else { req.mode };
+            let mut ino = Self::new_inode(txn, FileType::File, mode, &c, &dir, &w.name);
+            ino.block_size = block_size;
+            ino.replicas = replicas;
+            ino.storage_tier = tier as i32;
+            ino.complete = false;
+            txn.counters.files += 1;
+            txn.link_entry(dir.id, &w.name, ino.id)?;
+            self.open_for_write(txn, &ino, c.client_id);
+            txn.put_inode(ino.clone());
+            debug!(path = %w.path, id = ino.id, "create");
+            Ok(status(&ino, w.path.clone(), w.name.clone()))
+        })
+    }
+
+    fn open_for_write(&self, txn: &mut Txn<'_>, ino: &InodeRec, client_id: u64) {
+        txn.put_meta(store::open_key(ino.id), client_id.to_be_bytes().to_vec());
+        txn.grants.push((ino.id, client_id));
+    }
+
+    /// Create the missing parents of `path` (for create_parents); returns the parent id
+    /// when something had to be created.
+    fn mkdirs_for(&self, txn: &mut Txn<'_>, path: &str, c: &CallerInfo) -> FsResult<Option<u64>> {
+        let comps = self.components(path)?;
+        if comps.len() < 2 {
+            return Ok(None);
+        }
+        let parent = curvine_common::path::join(&comps[..comps.len() - 1]);
+        match self.walk(&*txn, &parent, c, true) {
+            Ok(w) if w.inode.is_some() => Ok(None),
+            Ok(_) | Err(FsError::NotFound { .. }) => {
+                Ok(Some(self.mkdir_in(txn, &parent, true, 0o755, c)?.id))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn append(
+        &self,
+        req: &AppendRequest,
+    ) -> FsResult<((FileStatus, Option<LocatedBlock>), u64)> {
+        let c = req.caller.clone().unwrap_or_default();
+        let (st, seq) = self.mutate(|txn| {
+            let w = self.walk(&*txn, &req.path, &c, true)?;
+            let mut ino = w.existing()?.clone();
+            if is_dir(&ino) {
+                return Err(FsError::IsADirectory {
+                    path: w.path.clone(),
+                });
+            }
+            check(&c, &ino, 2, &w.path)?;
+            if !ino.complete {
+                return Err(FsError::Busy {
+                    message: format!("{} is being written by another client", w.path),
+                });
+            }
+            ino.complete = false;
+            ino.appending = true;
+            ino.ctime_ms = txn.now;
+            self.open_for_write(txn, &ino, c.client_id);
+            txn.put_inode(ino.clone());
+            Ok(status(&ino, w.path.clone(), w.name.clone()))
+        })?;
+        let last = self.located_blocks(st.id)?.pop();
+        Ok(((st, last), seq))
+    }
+
+    /// The open-for-write inode `id`, after checking `client`'s lease on it.
+    fn writing(&self, txn: &Txn<'_>, id: u64, path: &str, client: u64) -> FsResult<InodeRec> {
+        let ino = txn
+            .inode(id)?
+            .filter(is_file)
+            .ok_or_else(|| FsError::not_found(path))?;
+        if ino.complete {
+            return Err(FsError::invalid(format!("{path} is not open for writing")));
+        }
+        match self.leases.touch(id, client) {
+            Some(holder) if holder != client => Err(FsError::Busy {
+                message: format!("{path} is being written by another client"),
+            }),
+            _ => Ok(ino),
+        }
+    }
+
+    /// Record committed blocks and drop allocated blocks that were not committed.
+    /// Returns the file's committed length.
+    fn commit_blocks(
+        &self,
+        txn: &mut Txn<'_>,
+        ino: &mut InodeRec,
+        committed: &[CommittedBlock],
+    ) -> FsResult<u64> {
+        for cb in committed {
+            if BlockId(cb.block_id).inode().0 != ino.id {
+                return Err(FsError::invalid(format!(
+                    "block {} does not belong to file {}",
+                    cb.block_id, ino.id
+                )));
+            }
+            let mut rec = txn.store.block(cb.block_id)?.unwrap_or_else(|| BlockRec {
+                id: cb.block_id,
+                inode: ino.id,
+                ..Default::default()
+            });
+            if !ino.blocks.contains(&cb.block_id) {
+                ino.blocks.push(cb.block_id);
+                txn.counters.blocks += 1;
+            }
+            rec.len = cb.len;
+            rec.committed = true;
+            for wid in &cb.worker_ids {
+                if !rec.locs.iter().any(|l| l.worker_id == *wid) {
+                    rec.locs.push(Loc {
+                        worker_id: *wid,
+                        tier: ino.storage_tier,
+                    });
+                    txn.put_worker_block(*wid, rec.id);
+                }
+            }
+            txn.put_block(rec);
+        }
+        let recs = txn.store.blocks(&ino.blocks)?;
+        let mut keep = Vec::with_capacity(ino.blocks.len());
+        let mut len = 0;
+        for (id, rec) in ino.blocks.clone().into_iter().zip(recs) {
+            if let Some(cb) = committed.iter().rev().find(|c| c.block_id == id) {
+                len += cb.len;
+                keep.push(id);
+                continue;
+            }
+            match rec {
+                Some(r) if !r.committed => txn.drop_block(&r),
+                Some(r) => {
+                    len += r.len;
+                    keep.push(id);
+                }
+                None => {}
+            }
+        }
+        ino.blocks = keep;
+        Ok(len)
+    }
+
+    pub fn add_block(&self, req: &AddBlockRequest) -> FsResult<(LocatedBlock, u64)> {
+        let c = req.caller.clone().unwrap_or_default();
+        self.mutate(|txn| {
+            let mut ino = self.writing(txn, req.file_id, &req.path, c.client_id)?;
+            let offset = self.commit_blocks(txn, &mut ino, &req.previous)?;
+            let index = ino.next_block_index;
+            if index >= 1 << curvine_common::types::BLOCK_INDEX_BITS {
+                return Err(FsError::invalid(format!("{}: too many blocks", req.path)));
+            }
+            let tier = StorageTier::try_from(ino.storage_tier).unwrap_or(StorageTier::Mem);
+            let targets = self.workers.place(
+                tier,
+                ino.replicas.max(1),
+                ino.block_size,
+                &c.client_host,
+                &req.excluded_workers,
+            )?;
+            let id = BlockId::new(InodeId(ino.id), index).0;
+            ino.next_block_index += 1;
+            ino.blocks.push(id);
+            txn.counters.blocks += 1;
+            let rec = BlockRec {
+                id,
+                inode: ino.id,
+                len: 0,
+                locs: targets
+                    .iter()
+                    .map(|t| Loc {
+                        worker_id: t.worker_id,
+                        tier: t.tier as i32,
+                    })
+                    .collect(),
+                committed: false,
+            };
+            for t in &targets {
+                txn.put_worker_block(t.worker_id, id);
+            }
+            txn.put_block(rec);
+            txn.put_inode(ino);
+            Ok(LocatedBlock {
+                block_id: id,
+                offset,
+                len: 0,
+                locations: targets
+                    .into_iter()
+                    .map(|t| BlockLocation {
+                        worker_id: t.worker_id,
+                        address: Some(t.address),
+                        tier: t.tier as i32,
+                    })
+                    .collect(),
+            })
+        })
+    }
+
+    pub fn complete(&self, req: &CompleteRequest) -> FsResult<(FileStatus, u64)> {
+        let c = req.caller.clone().unwrap_or_default();
+        self.mutate(|txn| {
+            if let Some(ino) = txn.inode(req.file_id)? {
+                if is_file(&ino) && ino.complete && self.leases.touch(ino.id, c.client_id).is_none() {
+                    // A retried complete whose reply was lost.
+                    return Ok(status(&ino, req.path.clone(), ino.name.clone()));
+                }
+            }
+            let mut ino = self.writing(txn, req.file_id, &req.path, c.client_id)?;
+            let len = self.commit_blocks(txn, &mut ino, &req.blocks)?;
+            if len != req.len {
+                debug!(path = %req.path, blocks = len, reported = req.len, "complete: length differs from blocks");
+            }
+            ino.len = len;
+            ino.complete = true;
+            ino.appending = false;
+            ino.mtime_ms = txn.now;
+            ino.ctime_ms = txn.now;
+            txn.del_meta(store::open_key(ino.id));
+            txn.releases.push(ino.id);
+            txn.put_inode(ino.clone());
+            Ok(status(&ino, req.path.clone(), ino.name.clone()))
+        })
+    }
+
+    /// Give up a file being written: a new file is removed, an append is rolled back to
+    /// its committed blocks. `client` None = lease expiry.
+    pub fn abandon(&self, file_id: u64, path: &str, client: Option<u64>) -> FsResult<((), u64)> {
+        self.mutate(|txn| {
+            let mut ino = match client {
+                Some(cl) => self.writing(txn, file_id, path, cl)?,
+                None => match txn.inode(file_id)? {
+                    Some(i) if is_file(&i) && !i.complete => i,
+                    _ => {
+                        txn.releases.push(file_id);
+                        return Ok(());
+                    }
+                },
+            };
+            if ino.appending {
+                ino.len = self.commit_blocks(txn, &mut ino, &[])?;
+                ino.complete = true;
+                ino.appending = false;
+                txn.del_meta(store::open_key(ino.id));
+                txn.releases.push(ino.id);
+                txn.put_inode(ino);
+                return Ok(());
+            }
+            // A file under construction has exactly one name: its primary one.
+            if txn.child(ino.parent, &ino.name)? == Some(ino.id) {
+                txn.unlink_entry(ino.parent, &ino.name)?;
+            }
+            ino.nlink = 1;
+            txn.release_inode(ino)?;
+            Ok(())
+        })
+    }
+
+    /// Remove files whose writer stopped renewing its lease.
+    pub fn expire_leases(&self) -> FsResult<Vec<(u64, u64)>> {
+        let mut out = Vec::new();
+        for id in self.leases.expired(self.conf.lease_timeout.0) {
+            info!(inode = id, "lease expired; removing the partial file");
+            let ((), seq) = self.abandon(id, "", None)?;
+            out.push((id, seq));
+        }
+        Ok(out)
+    }
+
+    pub fn renew_lease(&self, client_id: u64, file_ids: &[u64]) {
+        self.leases.renew(client_id, file_ids);
+    }
+
+    /// Committed blocks of `id` with their offsets and live locations.
+    pub(super) fn located_blocks(&self, id: u64) -> FsResult<Vec<LocatedBlock>> {
+        let Some(ino) = self.store.inode(id)? else {
+            return Ok(Vec::new());
+        };
+        let live = self.workers.live_addresses();
+        let mut out = Vec::with_capacity(ino.blocks.len());
+        let mut offset = 0;
+        for rec in self.store.blocks(&ino.blocks)?.into_iter().flatten() {
+            if !rec.committed {
+                continue;
+            }
+            let locations = rec
+                .locs
+                .iter()
+                .filter_map(|l| {
+                    live.get(&l.worker_id).map(|a| BlockLocation {
+                        worker_id: l.worker_id,
+                        address: Some(a.clone()),
+                        tier: l.tier,
+                    })
+                })
+                .collect();
+            out.push(LocatedBlock {
+                block_id: rec.id,
+                offset,
+                len: rec.len,
+                locations,
+            });
+            offset += rec.len;
+        }
+        Ok(out)
+    }
+
+    pub fn open(&self, path: &str, c: &CallerInfo) -> FsResult<(FileStatus, Vec<LocatedBlock>)> {
+        let w = self.walk(&*self.store, path, c, true)?;
+        let ino = w.existing()?;
+        if is_dir(ino) {
+            return Err(FsError::IsADirectory {
+                path: w.path.clone(),
+            });
+        }
+        check(c, ino, 4, &w.path)?;
+        let blocks = self.located_blocks(ino.id)?;
+        Ok((status(ino, w.path.clone(), w.name.clone()), blocks))
+    }
+
+    pub fn truncate(&self, path: &str, len: u64, c: &CallerInfo) -> FsResult<(FileStatus, u64)> {
+        self.mutate(|txn| {
+            let w = self.walk(&*txn, path, c, true)?;
+            let mut ino = w.existing()?.clone();
+            if is_dir(&ino) {
+                return Err(FsError::IsADirectory {
+                    path: w.path.clone(),
+                });
+            }
+            if !is_file(&ino) {
+                return Err(FsError::invalid(format!("{}: not a regular file", w.path)));
+            }
+            if !ino.complete {
+                return Err(FsError::FileIncomplete {
+                    path: w.path.clone(),
+                });
+            }
+            check(c, &ino, 2, &w.path)?;
+            if len > ino.len {
+                return Err(FsError::invalid(format!(
+                    "{}: truncate to {len} would extend the file (length {}); write zeros instead",
+                    w.path, ino.len
+                )));
+            }
+            let recs = txn.store.blocks(&ino.blocks)?;
+            let mut keep = Vec::new();
+            let mut offset = 0u64;
+            for rec in recs.into_iter().flatten() {
+                if offset >= len {
+                    txn.drop_block(&rec);
+                    continue;
+                }
+                if offset + rec.len > len {
+                    let mut r = rec.clone();
+                    r.len = len - offset;
+                    offset += r.len;
+                    keep.push(r.id);
+                    txn.put_block(r);
+                    continue;
+                }
+                offset += rec.len;
+                keep.push(rec.id);
+            }
+            ino.blocks = keep;
+            ino.len = len;
+            ino.mtime_ms = txn.now;
+            ino.ctime_ms = txn.now;
+            txn.put_inode(ino.clone());
+            Ok(status(&ino, w.path.clone(), w.name.clone()))
+        })
+    }
+}

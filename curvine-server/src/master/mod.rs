@@ -1,0 +1,131 @@
+//! Master: namespace and block map in RocksDB, worker registry, placement, gRPC service.
+//!
+//! Layout: `store` (RocksDB column families, `apply` of journal entries), `records`
+//! (persisted prost records and the `JournalEntry`), `syncer` (WAL group commit),
+//! `namespace` (path walk, permissions, the mutation primitive), `tree`, `files` and
+//! `attrs` (the operations), `workers` (registry, placement, block reports), `lease`
+//! (writer leases), `service` (the tonic service).
+
+mod attrs;
+mod files;
+mod lease;
+mod namespace;
+mod records;
+mod service;
+mod store;
+mod syncer;
+mod tree;
+mod workers;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_rpc;
+#[cfg(test)]
+mod tests_workers;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use curvine_common::proto::master_service_server::MasterServiceServer;
+use curvine_common::{ClusterConf, FsError, FsResult};
+use tokio::net::TcpListener;
+use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn, Instrument};
+
+pub use attrs::{XATTR_CREATE, XATTR_REPLACE};
+pub use namespace::Namespace;
+pub use tree::{RENAME_EXCHANGE, RENAME_NOREPLACE};
+
+/// Serve the master on `listener` until `cancel` fires; returns after RocksDB is closed.
+pub async fn run(
+    conf: ClusterConf,
+    listener: TcpListener,
+    cancel: CancellationToken,
+) -> FsResult<()> {
+    let mconf = conf.master.clone();
+    let sync = conf.journal.sync;
+    let lost_timeout = conf.master.worker_lost_timeout.0;
+    let ns = tokio::task::spawn_blocking(move || Namespace::load(mconf, sync, lost_timeout))
+        .await
+        .map_err(|e| FsError::internal(format!("open namespace: {e}")))??;
+    let ns = Arc::new(ns);
+    let addr = listener
+        .local_addr()
+        .map_err(|e| FsError::io_ctx("master listener address", e))?;
+    info!(%addr, cluster_id = %ns.cluster_id(), "master serving");
+
+    let tasks = TaskTracker::new();
+    let bg = cancel.child_token();
+    tasks.spawn(
+        lease_loop(ns.clone(), conf.master.lease_timeout.0, bg.clone())
+            .instrument(tracing::info_span!("lease_expiry")),
+    );
+    tasks.spawn(
+        lost_worker_loop(ns.clone(), lost_timeout, bg.clone())
+            .instrument(tracing::info_span!("lost_workers")),
+    );
+    tasks.close();
+
+    let svc = MasterServiceServer::new(service::MasterSvc { ns: ns.clone() })
+        .max_decoding_message_size(256 << 20)
+        .max_encoding_message_size(256 << 20);
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
+        s.inspect(|s| {
+            let _ = s.set_nodelay(true);
+        })
+    });
+    let served = tonic::transport::Server::builder()
+        .add_service(svc)
+        .serve_with_incoming_shutdown(incoming, cancel.cancelled())
+        .await;
+    bg.cancel();
+    tasks.wait().await;
+    ns.syncer.stop();
+    // Connection tasks may still hold the service for a moment; RocksDB must be closed
+    // before we return so the same meta_dir can be reopened in this process.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Arc::strong_count(&ns) > 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    if Arc::strong_count(&ns) > 1 {
+        warn!("master state still referenced at shutdown; RocksDB closes when released");
+    }
+    tokio::task::spawn_blocking(move || drop(ns))
+        .await
+        .map_err(|e| FsError::internal(format!("close namespace: {e}")))?;
+    info!("master stopped");
+    served.map_err(|e| FsError::Unavailable {
+        message: format!("master rpc server: {e}"),
+    })
+}
+
+fn tick(timeout: Duration) -> Duration {
+    (timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
+async fn lease_loop(ns: Arc<Namespace>, timeout: Duration, cancel: CancellationToken) {
+    let mut every = tokio::time::interval(tick(timeout));
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        if let Err(e) = ns.expire_leases() {
+            warn!(error = %e, "lease expiry failed");
+        }
+    }
+}
+
+async fn lost_worker_loop(ns: Arc<Namespace>, timeout: Duration, cancel: CancellationToken) {
+    let mut every = tokio::time::interval(tick(timeout));
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        ns.workers.detect_lost();
+    }
+}

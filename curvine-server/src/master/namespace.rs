@@ -1,0 +1,617 @@
+//! The namespace: path resolution, permission checks and the mutation primitive.
+//! Operations live in `tree.rs` (directories, names), `files.rs` (file lifecycle) and
+//! `attrs.rs` (attributes, xattrs); worker-facing calls in `workers.rs`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use curvine_common::conf::MasterConf;
+use curvine_common::proto::{CallerInfo, FileStatus, FileType, StorageTier};
+use curvine_common::types::now_ms;
+use curvine_common::{FsError, FsResult, InodeId};
+use prost::Message;
+use tracing::info;
+
+use super::lease::Leases;
+use super::records::{
+    op::Kind, BlockRec, Counters, EdgeRec, InodeRec, JournalEntry, MetaRec, WorkerBlockRec,
+};
+use super::store::{self, Store};
+use super::syncer::Syncer;
+use super::workers::Workers;
+
+pub const S_ISGID: u32 = 0o2000;
+pub const S_ISVTX: u32 = 0o1000;
+const MAX_SYMLINK_HOPS: u32 = 40;
+
+pub struct Namespace {
+    pub(super) store: Arc<Store>,
+    pub(super) conf: MasterConf,
+    mu: Mutex<Counters>,
+    pub(super) syncer: Syncer,
+    pub(super) leases: Leases,
+    pub(super) workers: Workers,
+    pub(super) cluster_id: String,
+}
+
+/// Read access shared by the store (lock-free reads) and a transaction (its own
+/// pending writes first).
+pub(super) trait Reader {
+    fn inode(&self, id: u64) -> FsResult<Option<InodeRec>>;
+    fn child(&self, parent: u64, name: &str) -> FsResult<Option<u64>>;
+}
+
+impl Reader for Store {
+    fn inode(&self, id: u64) -> FsResult<Option<InodeRec>> {
+        Store::inode(self, id)
+    }
+    fn child(&self, parent: u64, name: &str) -> FsResult<Option<u64>> {
+        Store::child(self, parent, name)
+    }
+}
+
+/// A mutation being built: the journal entry plus an overlay of what it has written.
+pub(super) struct Txn<'a> {
+    pub store: &'a Store,
+    pub counters: Counters,
+    pub now: i64,
+    entry: JournalEntry,
+    inodes: HashMap<u64, Option<InodeRec>>,
+    edges: HashMap<(u64, String), Option<u64>>,
+    /// (worker, block) replicas to delete once the entry is applied.
+    pub deletes: Vec<(u32, u64)>,
+    /// Leases to grant (inode, client) / release once applied.
+    pub grants: Vec<(u64, u64)>,
+    pub releases: Vec<u64>,
+}
+
+impl Reader for Txn<'_> {
+    fn inode(&self, id: u64) -> FsResult<Option<InodeRec>> {
+        match self.inodes.get(&id) {
+            Some(v) => Ok(v.clone()),
+            None => self.store.inode(id),
+        }
+    }
+    fn child(&self, parent: u64, name: &str) -> FsResult<Option<u64>> {
+        match self.edges.get(&(parent, name.to_string())) {
+            Some(v) => Ok(*v),
+            None => self.store.child(parent, name),
+        }
+    }
+}
+
+impl Txn<'_> {
+    pub fn alloc_inode(&mut self) -> u64 {
+        let id = self.counters.next_inode;
+        self.counters.next_inode += 1;
+        id
+    }
+    pub fn put_inode(&mut self, i: InodeRec) {
+        self.inodes.insert(i.id, Some(i.clone()));
+        self.entry.push(Kind::PutInode(i));
+    }
+    pub fn del_inode(&mut self, id: u64) {
+        self.inodes.insert(id, None);
+        self.entry.push(Kind::DelInode(id));
+    }
+    pub fn put_edge(&mut self, parent: u64, name: &str, child: u64) {
+        self.edges.insert((parent, name.to_string()), Some(child));
+        self.entry.push(Kind::PutEdge(EdgeRec {
+            parent,
+            name: name.to_string(),
+            child,
+        }));
+    }
+    pub fn del_edge(&mut self, parent: u64, name: &str) {
+        self.edges.insert((parent, name.to_string()), None);
+        self.entry.push(Kind::DelEdge(EdgeRec {
+            parent,
+            name: name.to_string(),
+            child: 0,
+        }));
+    }
+    pub fn put_block(&mut self, b: BlockRec) {
+        self.entry.push(Kind::PutBlock(b));
+    }
+    pub fn put_worker_block(&mut self, worker_id: u32, block_id: u64) {
+        self.entry.push(Kind::PutWorkerBlock(WorkerBlockRec {
+            worker_id,
+            block_id,
+        }));
+    }
+    pub fn del_worker_block(&mut self, worker_id: u32, block_id: u64) {
+        self.entry.push(Kind::DelWorkerBlock(WorkerBlockRec {
+            worker_id,
+            block_id,
+        }));
+    }
+    /// Drop a block record and queue its replicas for deletion on their workers.
+    pub fn drop_block(&mut self, b: &BlockRec) {
+        for l in &b.locs {
+            self.del_worker_block(l.worker_id, b.id);
+            self.deletes.push((l.worker_id, b.id));
+        }
+        self.entry.push(Kind::DelBlock(b.id));
+        self.counters.blocks = self.counters.blocks.saturating_sub(1);
+    }
+    pub fn put_meta(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.entry.push(Kind::PutMeta(MetaRec { key, value }));
+    }
+    pub fn del_meta(&mut self, key: Vec<u8>) {
+        self.entry.push(Kind::DelMeta(key));
+    }
+
+    /// Add `name -> child` to directory `dir` (updating its entry count and times).
+    pub fn link_entry(&mut self, dir: u64, name: &str, child: u64) -> FsResult<()> {
+        let mut d = self.must_inode(dir)?;
+        d.children += 1;
+        d.mtime_ms = self.now;
+        d.ctime_ms = self.now;
+        self.put_edge(dir, name, child);
+        self.put_inode(d);
+        Ok(())
+    }
+
+    /// Remove `name` from directory `dir` (the child inode is left alone).
+    pub fn unlink_entry(&mut self, dir: u64, name: &str) -> FsResult<()> {
+        let mut d = self.must_inode(dir)?;
+        d.children = d.children.saturating_sub(1);
+        d.mtime_ms = self.now;
+        d.ctime_ms = self.now;
+        self.del_edge(dir, name);
+        self.put_inode(d);
+        Ok(())
+    }
+
+    pub fn must_inode(&self, id: u64) -> FsResult<InodeRec> {
+        self.inode(id)?
+            .ok_or_else(|| FsError::internal(format!("inode {id} vanished")))
+    }
+
+    /// Drop one link to `child` (already unlinked from its directory): the inode and its
+    /// blocks go when the last link does. Directories must already be empty.
+    pub fn release_inode(&mut self, mut child: InodeRec) -> FsResult<()> {
+        if child.file_type == FileType::Dir as i32 {
+            self.del_inode(child.id);
+            self.counters.dirs = self.counters.dirs.saturating_sub(1);
+            return Ok(());
+        }
+        child.nlink = child.nlink.saturating_sub(1);
+        if child.nlink > 0 {
+            child.ctime_ms = self.now;
+            self.put_inode(child);
+            return Ok(());
+        }
+        let blocks = self.store.blocks(&child.blocks)?;
+        for b in blocks.into_iter().flatten() {
+            self.drop_block(&b);
+        }
+        if !child.complete {
+            self.del_meta(store::open_key(child.id));
+            self.releases.push(child.id);
+        }
+        self.del_inode(child.id);
+        self.counters.files = self.counters.files.saturating_sub(1);
+        Ok(())
+    }
+}
+
+/// Result of walking a path.
+pub(super) struct Walk {
+    /// The directory holding the entry (`None` for `/`).
+    pub parent: Option<InodeRec>,
+    pub name: String,
+    pub inode: Option<InodeRec>,
+    /// Normalized path of the entry (after following symlinks).
+    pub path: String,
+    /// Ids of the directories from `/` down to the parent.
+    pub chain: Vec<u64>,
+}
+
+impl Walk {
+    pub fn parent_path(&self) -> String {
+        match self.path.rfind('/') {
+            Some(0) | None => "/".to_string(),
+            Some(i) => self.path[..i].to_string(),
+        }
+    }
+    /// The existing entry, or NotFound naming the path.
+    pub fn existing(&self) -> FsResult<&InodeRec> {
+        self.inode
+            .as_ref()
+            .ok_or_else(|| FsError::not_found(&self.path))
+    }
+    /// The parent directory; `/` itself has none.
+    pub fn dir(&self) -> FsResult<&InodeRec> {
+        self.parent
+            .as_ref()
+            .ok_or_else(|| FsError::invalid("the root directory cannot be used here"))
+    }
+}
+
+pub(super) fn is_root(c: &CallerInfo) -> bool {
+    c.uid == 0
+}
+
+/// Whether `caller` has all bits of `mask` (4 r, 2 w, 1 x) on `ino`.
+pub(super) fn allowed(c: &CallerInfo, ino: &InodeRec, mask: u32) -> bool {
+    if is_root(c) {
+        return true;
+    }
+    let bits = if c.uid == ino.uid {
+        ino.mode >> 6
+    } else if c.gid == ino.gid {
+        ino.mode >> 3
+    } else {
+        ino.mode
+    };
+    bits & mask == mask
+}
+
+pub(super) fn check(c: &CallerInfo, ino: &InodeRec, mask: u32, path: &str) -> FsResult<()> {
+    if allowed(c, ino, mask) {
+        Ok(())
+    } else {
+        Err(FsError::PermissionDenied {
+            path: path.to_string(),
+        })
+    }
+}
+
+/// In a sticky directory only the owner of the entry or of the directory (or root) may
+/// remove or rename the entry.
+pub(super) fn check_sticky(
+    c: &CallerInfo,
+    dir: &InodeRec,
+    child: &InodeRec,
+    path: &str,
+) -> FsResult<()> {
+    if dir.mode & S_ISVTX == 0 || is_root(c) || c.uid == child.uid || c.uid == dir.uid {
+        Ok(())
+    } else {
+        Err(FsError::PermissionDenied {
+            path: path.to_string(),
+        })
+    }
+}
+
+pub(super) fn is_dir(i: &InodeRec) -> bool {
+    i.file_type == FileType::Dir as i32
+}
+pub(super) fn is_file(i: &InodeRec) -> bool {
+    i.file_type == FileType::File as i32
+}
+pub(super) fn is_symlink(i: &InodeRec) -> bool {
+    i.file_type == FileType::Symlink as i32
+}
+
+pub(super) fn status(i: &InodeRec, path: String, name: String) -> FileStatus {
+    let len = if is_dir(i) {
+        0
+    } else if is_symlink(i) {
+        i.symlink_target.len() as u64
+    } else {
+        i.len
+    };
+    FileStatus {
+        id: i.id,
+        path,
+        name,
+        file_type: i.file_type,
+        len,
+        mode: i.mode,
+        uid: i.uid,
+        gid: i.gid,
+        mtime_ms: i.mtime_ms,
+        atime_ms: i.atime_ms,
+        ctime_ms: i.ctime_ms,
+        nlink: i.nlink,
+        block_size: i.block_size,
+        replicas: i.replicas,
+        storage_tier: i.storage_tier,
+        complete: is_dir(i) || is_symlink(i) || i.complete,
+        symlink_target: i.symlink_target.clone(),
+        children: i.children,
+    }
+}
+
+fn join_stack(stack: &[(String, InodeRec)], name: &str) -> String {
+    let mut s = String::new();
+    for (n, _) in stack.iter().skip(1) {
+        s.push('/');
+        s.push_str(n);
+    }
+    if !name.is_empty() {
+        s.push('/');
+        s.push_str(name);
+    }
+    if s.is_empty() {
+        s.push('/');
+    }
+    s
+}
+
+impl Namespace {
+    /// Open (formatting on first use) the namespace in `conf.master.meta_dir`.
+    pub fn load(
+        conf: MasterConf,
+        sync: bool,
+        lost_timeout: std::time::Duration,
+    ) -> FsResult<Namespace> {
+        let store = Arc::new(Store::open(&conf.meta_dir)?);
+        if !store.is_formatted()? {
+            format(&store)?;
+        }
+        let counters = store.counters()?;
+        let cluster_id = store
+            .meta(store::META_CLUSTER_ID)?
+            .map(|v| String::from_utf8_lossy(&v).into_owned())
+            .unwrap_or_default();
+        let syncer = Syncer::start(store.clone(), sync)?;
+        let ns = Namespace {
+            store,
+            conf,
+            mu: Mutex::new(counters),
+            syncer,
+            leases: Leases::default(),
+            workers: Workers::new(lost_timeout),
+            cluster_id,
+        };
+        ns.workers.load(&ns.store)?;
+        // Writers of files open before the restart get a fresh lease to continue.
+        for (k, v) in ns.store.meta_scan(store::META_OPEN_PREFIX)? {
+            if let (Ok(k), Ok(v)) = (<[u8; 8]>::try_from(&k[..]), <[u8; 8]>::try_from(&v[..])) {
+                ns.leases
+                    .grant(u64::from_be_bytes(k), u64::from_be_bytes(v));
+            }
+        }
+        info!(
+            cluster_id = %ns.cluster_id,
+            files = counters.files,
+            dirs = counters.dirs,
+            open_files = ns.leases.len(),
+            "namespace opened"
+        );
+        Ok(ns)
+    }
+
+    pub fn counters(&self) -> Counters {
+        *self.mu.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
+    /// Run `f` under the mutation lock and apply what it built as one journal entry.
+    /// Returns the write's sequence for `Syncer::wait` (0 when nothing was written).
+    pub(super) fn mutate<R>(
+        &self,
+        f: impl FnOnce(&mut Txn<'_>) -> FsResult<R>,
+    ) -> FsResult<(R, u64)> {
+        let mut guard = self.mu.lock().unwrap_or_else(|p| p.into_inner());
+        let mut txn = Txn {
+            store: &self.store,
+            counters: *guard,
+            now: now_ms(),
+            entry: JournalEntry::default(),
+            inodes: HashMap::new(),
+            edges: HashMap::new(),
+            deletes: Vec::new(),
+            grants: Vec::new(),
+            releases: Vec::new(),
+        };
+        let r = f(&mut txn)?;
+        if txn.entry.ops.is_empty() && txn.counters == *guard {
+            return Ok((r, 0));
+        }
+        if txn.counters != *guard {
+            let c = txn.counters.encode_to_vec();
+            txn.put_meta(store::META_COUNTERS.to_vec(), c);
+        }
+        self.store.apply(&txn.entry)?;
+        let seq = self.syncer.wrote();
+        *guard = txn.counters;
+        for id in txn.releases {
+            self.leases.release(id);
+        }
+        for (id, client) in txn.grants {
+            self.leases.grant(id, client);
+        }
+        for (w, b) in txn.deletes {
+            self.workers.queue_delete(w, b);
+        }
+        drop(guard);
+        Ok((r, seq))
+    }
+
+    /// Validate `path` against the configured limits and split it.
+    pub(super) fn components<'p>(&self, path: &'p str) -> FsResult<Vec<&'p str>> {
+        if path.len() > self.conf.max_path_len {
+            return Err(FsError::NameTooLong {
+                path: path.to_string(),
+            });
+        }
+        let comps = curvine_common::path::components(path)?;
+        if comps.iter().any(|c| c.len() > self.conf.max_name_len) {
+            return Err(FsError::NameTooLong {
+                path: path.to_string(),
+            });
+        }
+        Ok(comps)
+    }
+
+    /// Walk `path`, checking search permission on every directory passed. Symlinks in
+    /// the middle are followed; the last one only when `follow_last`.
+    pub(super) fn walk(
+        &self,
+        r: &impl Reader,
+        path: &str,
+        c: &CallerInfo,
+        follow_last: bool,
+    ) -> FsResult<Walk> {
+        let comps = self.components(path)?;
+        let root = r
+            .inode(InodeId::ROOT.0)?
+            .ok_or_else(|| FsError::internal("root inode missing"))?;
+        let mut stack: Vec<(String, InodeRec)> = vec![(String::new(), root)];
+        let mut queue: VecDeque<String> = comps.into_iter().map(str::to_string).collect();
+        let mut hops = 0;
+        while let Some(name) = queue.pop_front() {
+            let last = queue.is_empty();
+            if name == "." {
+                continue;
+            }
+            if name == ".." {
+                if stack.len() > 1 {
+                    stack.pop();
+                }
+                continue;
+            }
+            let dir = &stack[stack.len() - 1].1;
+            check(c, dir, 1, &join_stack(&stack, ""))?;
+            let child = match r.child(dir.id, &name)? {
+                Some(id) => r.inode(id)?,
+                None => None,
+            };
+            let Some(child) = child else {
+                if last {
+                    let chain = stack.iter().map(|(_, i)| i.id).collect();
+                    return Ok(Walk {
+                        path: join_stack(&stack, &name),
+                        parent: Some(dir.clone()),
+                        name,
+                        inode: None,
+                        chain,
+                    });
+                }
+                return Err(FsError::not_found(join_stack(&stack, &name)));
+            };
+            if is_symlink(&child) && (!last || follow_last) {
+                hops += 1;
+                if hops > MAX_SYMLINK_HOPS {
+                    return Err(FsError::InvalidPath {
+                        path: path.to_string(),
+                        message: "too many levels of symbolic links".into(),
+                    });
+                }
+                let target = &child.symlink_target;
+                if target.starts_with('/') {
+                    stack.truncate(1);
+                }
+                for part in target.split('/').rev().filter(|p| !p.is_empty()) {
+                    queue.push_front(part.to_string());
+                }
+                continue;
+            }
+            if last {
+                let chain = stack.iter().map(|(_, i)| i.id).collect();
+                return Ok(Walk {
+                    path: join_stack(&stack, &name),
+                    parent: Some(dir.clone()),
+                    name,
+                    inode: Some(child),
+                    chain,
+                });
+            }
+            if !is_dir(&child) {
+                return Err(FsError::NotADirectory {
+                    path: join_stack(&stack, &name),
+                });
+            }
+            stack.push((name, child));
+        }
+        // The path ended at a directory already on the stack (`/`, or a symlink to `.`/`..`).
+        let path = join_stack(&stack, "");
+        let (name, ino) = stack.pop().unwrap_or_default();
+        let parent = stack.last().map(|(_, i)| i.clone());
+        let chain = stack.iter().map(|(_, i)| i.id).collect();
+        Ok(Walk {
+            parent,
+            name,
+            inode: Some(ino),
+            path,
+            chain,
+        })
+    }
+
+    /// A fresh inode of `kind` to be linked under `parent` (setgid inheritance applied).
+    pub(super) fn new_inode(
+        txn: &mut Txn<'_>,
+        kind: FileType,
+        mode: u32,
+        c: &CallerInfo,
+        parent: &InodeRec,
+        name: &str,
+    ) -> InodeRec {
+        let mut mode = mode & 0o7777;
+        let mut gid = c.gid;
+        if parent.mode & S_ISGID != 0 {
+            gid = parent.gid;
+            if kind == FileType::Dir {
+                mode |= S_ISGID;
+            }
+        }
+        let id = txn.alloc_inode();
+        InodeRec {
+            id,
+            file_type: kind as i32,
+            mode,
+            uid: c.uid,
+            gid,
+            mtime_ms: txn.now,
+            atime_ms: txn.now,
+            ctime_ms: txn.now,
+            nlink: 1,
+            parent: parent.id,
+            name: name.to_string(),
+            storage_tier: StorageTier::Unspecified as i32,
+            ..Default::default()
+        }
+    }
+}
+
+fn format(store: &Store) -> FsResult<()> {
+    let now = now_ms();
+    let root = InodeRec {
+        id: InodeId::ROOT.0,
+        file_type: FileType::Dir as i32,
+        mode: 0o777,
+        mtime_ms: now,
+        atime_ms: now,
+        ctime_ms: now,
+        nlink: 1,
+        ..Default::default()
+    };
+    let counters = Counters {
+        next_inode: InodeId::ROOT.0 + 1,
+        next_worker: 1,
+        files: 0,
+        dirs: 1,
+        blocks: 0,
+    };
+    let pid = std::process::id();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let cluster_id = format!("cv-{:x}-{:x}", nanos, pid);
+    let mut e = JournalEntry::default();
+    e.push(Kind::PutInode(root));
+    e.push(Kind::PutMeta(MetaRec {
+        key: store::META_COUNTERS.to_vec(),
+        value: counters.encode_to_vec(),
+    }));
+    e.push(Kind::PutMeta(MetaRec {
+        key: store::META_CLUSTER_ID.to_vec(),
+        value: cluster_id.clone().into_bytes(),
+    }));
+    e.push(Kind::PutMeta(MetaRec {
+        key: store::META_FORMAT.to_vec(),
+        value: Store::format_version().to_vec(),
+    }));
+    store.apply(&e)?;
+    store.sync_wal()?;
+    info!(%cluster_id, "formatted a new namespace");
+    Ok(())
+}

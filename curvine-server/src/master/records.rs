@@ -1,0 +1,174 @@
+//! Persistent records (prost-encoded values in RocksDB) and the journal entry every
+//! namespace mutation is expressed as.
+//!
+//! A `JournalEntry` is a list of record-level operations computed by the namespace under
+//! its mutation lock. Applying it (`Store::apply`) is a pure function of the entry, so
+//! the same entries can later be replicated by Raft and applied on followers unchanged.
+
+use std::collections::BTreeMap;
+
+/// One inode: a file, a directory or a symlink.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct InodeRec {
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// `proto::FileType` as i32.
+    #[prost(int32, tag = "2")]
+    pub file_type: i32,
+    #[prost(uint32, tag = "3")]
+    pub mode: u32,
+    #[prost(uint32, tag = "4")]
+    pub uid: u32,
+    #[prost(uint32, tag = "5")]
+    pub gid: u32,
+    #[prost(int64, tag = "6")]
+    pub mtime_ms: i64,
+    #[prost(int64, tag = "7")]
+    pub atime_ms: i64,
+    #[prost(int64, tag = "8")]
+    pub ctime_ms: i64,
+    #[prost(uint32, tag = "9")]
+    pub nlink: u32,
+    #[prost(uint64, tag = "10")]
+    pub len: u64,
+    #[prost(uint64, tag = "11")]
+    pub block_size: u64,
+    #[prost(uint32, tag = "12")]
+    pub replicas: u32,
+    /// `proto::StorageTier` as i32.
+    #[prost(int32, tag = "13")]
+    pub storage_tier: i32,
+    #[prost(bool, tag = "14")]
+    pub complete: bool,
+    #[prost(string, tag = "15")]
+    pub symlink_target: String,
+    /// Directories: number of entries.
+    #[prost(uint32, tag = "16")]
+    pub children: u32,
+    /// Files: index of the next block to allocate (appends keep counting).
+    #[prost(uint32, tag = "17")]
+    pub next_block_index: u32,
+    /// Files: block ids in file order (committed ones, then at most a few allocated).
+    #[prost(uint64, repeated, tag = "18")]
+    pub blocks: Vec<u64>,
+    #[prost(btree_map = "string, bytes", tag = "19")]
+    pub xattrs: BTreeMap<String, Vec<u8>>,
+    /// The directory and name this inode was last linked under (its primary name).
+    #[prost(uint64, tag = "20")]
+    pub parent: u64,
+    #[prost(string, tag = "21")]
+    pub name: String,
+    /// Set while an append is in progress: abandoning keeps the old data.
+    #[prost(bool, tag = "22")]
+    pub appending: bool,
+}
+
+/// Where one replica of a block lives.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Loc {
+    #[prost(uint32, tag = "1")]
+    pub worker_id: u32,
+    #[prost(int32, tag = "2")]
+    pub tier: i32,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct BlockRec {
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    #[prost(uint64, tag = "2")]
+    pub inode: u64,
+    #[prost(uint64, tag = "3")]
+    pub len: u64,
+    #[prost(message, repeated, tag = "4")]
+    pub locs: Vec<Loc>,
+    /// False between add_block (allocated) and the writer reporting it committed.
+    #[prost(bool, tag = "5")]
+    pub committed: bool,
+}
+
+/// Id allocators and statistics kept in `meta`.
+#[derive(Clone, Copy, PartialEq, prost::Message)]
+pub struct Counters {
+    #[prost(uint64, tag = "1")]
+    pub next_inode: u64,
+    #[prost(uint32, tag = "2")]
+    pub next_worker: u32,
+    #[prost(uint64, tag = "3")]
+    pub files: u64,
+    #[prost(uint64, tag = "4")]
+    pub dirs: u64,
+    #[prost(uint64, tag = "5")]
+    pub blocks: u64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct EdgeRec {
+    #[prost(uint64, tag = "1")]
+    pub parent: u64,
+    #[prost(string, tag = "2")]
+    pub name: String,
+    #[prost(uint64, tag = "3")]
+    pub child: u64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WorkerBlockRec {
+    #[prost(uint32, tag = "1")]
+    pub worker_id: u32,
+    #[prost(uint64, tag = "2")]
+    pub block_id: u64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MetaRec {
+    #[prost(bytes = "vec", tag = "1")]
+    pub key: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    pub value: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Op {
+    #[prost(oneof = "op::Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10")]
+    pub kind: Option<op::Kind>,
+}
+
+pub mod op {
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub enum Kind {
+        #[prost(message, tag = "1")]
+        PutInode(super::InodeRec),
+        #[prost(uint64, tag = "2")]
+        DelInode(u64),
+        #[prost(message, tag = "3")]
+        PutEdge(super::EdgeRec),
+        #[prost(message, tag = "4")]
+        DelEdge(super::EdgeRec),
+        #[prost(message, tag = "5")]
+        PutBlock(super::BlockRec),
+        #[prost(uint64, tag = "6")]
+        DelBlock(u64),
+        #[prost(message, tag = "7")]
+        PutWorkerBlock(super::WorkerBlockRec),
+        #[prost(message, tag = "8")]
+        DelWorkerBlock(super::WorkerBlockRec),
+        #[prost(message, tag = "9")]
+        PutMeta(super::MetaRec),
+        #[prost(bytes, tag = "10")]
+        DelMeta(Vec<u8>),
+    }
+}
+
+/// One namespace mutation, applied atomically.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct JournalEntry {
+    #[prost(message, repeated, tag = "1")]
+    pub ops: Vec<Op>,
+}
+
+impl JournalEntry {
+    pub fn push(&mut self, kind: op::Kind) {
+        self.ops.push(Op { kind: Some(kind) });
+    }
+}

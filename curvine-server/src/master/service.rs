@@ -1,0 +1,205 @@
+//! The tonic `MasterService`: decode, call the namespace, wait for durability, reply.
+
+use std::sync::Arc;
+
+use curvine_common::proto::master_service_server::MasterService;
+use curvine_common::proto::*;
+use curvine_common::FsResult;
+use tonic::{Request, Response, Status};
+
+use super::namespace::Namespace;
+
+pub struct MasterSvc {
+    pub ns: Arc<Namespace>,
+}
+
+type Reply<T> = Result<Response<T>, Status>;
+
+impl MasterSvc {
+    /// Acknowledge a mutation only once its write is durable (group commit).
+    async fn durable<T>(&self, r: FsResult<(T, u64)>) -> Result<T, Status> {
+        let (v, seq) = r?;
+        self.ns.syncer.wait(seq).await?;
+        Ok(v)
+    }
+}
+
+fn caller(c: &Option<CallerInfo>) -> CallerInfo {
+    c.clone().unwrap_or_default()
+}
+
+#[tonic::async_trait]
+impl MasterService for MasterSvc {
+    async fn mkdir(&self, req: Request<MkdirRequest>) -> Reply<MkdirResponse> {
+        let r = req.into_inner();
+        let st = self
+            .durable(
+                self.ns
+                    .mkdir(&r.path, r.parents, r.mode, &caller(&r.caller)),
+            )
+            .await?;
+        Ok(Response::new(MkdirResponse { status: Some(st) }))
+    }
+
+    async fn create(&self, req: Request<CreateRequest>) -> Reply<CreateResponse> {
+        let r = req.into_inner();
+        let st = self.durable(self.ns.create(&r)).await?;
+        Ok(Response::new(CreateResponse { status: Some(st) }))
+    }
+
+    async fn append(&self, req: Request<AppendRequest>) -> Reply<AppendResponse> {
+        let r = req.into_inner();
+        let (st, last) = self.durable(self.ns.append(&r)).await?;
+        Ok(Response::new(AppendResponse {
+            status: Some(st),
+            last_block: last,
+        }))
+    }
+
+    async fn add_block(&self, req: Request<AddBlockRequest>) -> Reply<AddBlockResponse> {
+        let r = req.into_inner();
+        let b = self.durable(self.ns.add_block(&r)).await?;
+        Ok(Response::new(AddBlockResponse { block: Some(b) }))
+    }
+
+    async fn complete(&self, req: Request<CompleteRequest>) -> Reply<CompleteResponse> {
+        let r = req.into_inner();
+        let st = self.durable(self.ns.complete(&r)).await?;
+        Ok(Response::new(CompleteResponse { status: Some(st) }))
+    }
+
+    async fn abandon(&self, req: Request<AbandonRequest>) -> Reply<AbandonResponse> {
+        let r = req.into_inner();
+        let client = caller(&r.caller).client_id;
+        self.durable(self.ns.abandon(r.file_id, &r.path, Some(client)))
+            .await?;
+        Ok(Response::new(AbandonResponse {}))
+    }
+
+    async fn renew_lease(&self, req: Request<RenewLeaseRequest>) -> Reply<RenewLeaseResponse> {
+        let r = req.into_inner();
+        self.ns.renew_lease(r.client_id, &r.file_ids);
+        Ok(Response::new(RenewLeaseResponse {}))
+    }
+
+    async fn get_status(&self, req: Request<GetStatusRequest>) -> Reply<GetStatusResponse> {
+        let r = req.into_inner();
+        let st = self
+            .ns
+            .get_status(&r.path, r.follow_symlink, &caller(&r.caller))?;
+        Ok(Response::new(GetStatusResponse { status: Some(st) }))
+    }
+
+    async fn list(&self, req: Request<ListRequest>) -> Reply<ListResponse> {
+        let r = req.into_inner();
+        let (statuses, has_more) =
+            self.ns
+                .list(&r.path, &r.start_after, r.limit, &caller(&r.caller))?;
+        Ok(Response::new(ListResponse { statuses, has_more }))
+    }
+
+    async fn open(&self, req: Request<OpenRequest>) -> Reply<OpenResponse> {
+        let r = req.into_inner();
+        let (st, blocks) = self.ns.open(&r.path, &caller(&r.caller))?;
+        Ok(Response::new(OpenResponse {
+            status: Some(st),
+            blocks,
+        }))
+    }
+
+    async fn rename(&self, req: Request<RenameRequest>) -> Reply<RenameResponse> {
+        let r = req.into_inner();
+        self.durable(self.ns.rename(&r.src, &r.dst, r.flags, &caller(&r.caller)))
+            .await?;
+        Ok(Response::new(RenameResponse {}))
+    }
+
+    async fn delete(&self, req: Request<DeleteRequest>) -> Reply<DeleteResponse> {
+        let r = req.into_inner();
+        let deleted = self
+            .durable(self.ns.delete(&r.path, r.recursive, &caller(&r.caller)))
+            .await?;
+        Ok(Response::new(DeleteResponse { deleted }))
+    }
+
+    async fn set_attr(&self, req: Request<SetAttrRequest>) -> Reply<SetAttrResponse> {
+        let r = req.into_inner();
+        let st = self.durable(self.ns.set_attr(&r)).await?;
+        Ok(Response::new(SetAttrResponse { status: Some(st) }))
+    }
+
+    async fn truncate(&self, req: Request<TruncateRequest>) -> Reply<TruncateResponse> {
+        let r = req.into_inner();
+        let st = self
+            .durable(self.ns.truncate(&r.path, r.len, &caller(&r.caller)))
+            .await?;
+        Ok(Response::new(TruncateResponse { status: Some(st) }))
+    }
+
+    async fn symlink(&self, req: Request<SymlinkRequest>) -> Reply<SymlinkResponse> {
+        let r = req.into_inner();
+        let st = self
+            .durable(self.ns.symlink(&r.target, &r.link, &caller(&r.caller)))
+            .await?;
+        Ok(Response::new(SymlinkResponse { status: Some(st) }))
+    }
+
+    async fn readlink(&self, req: Request<ReadlinkRequest>) -> Reply<ReadlinkResponse> {
+        let r = req.into_inner();
+        let target = self.ns.readlink(&r.path, &caller(&r.caller))?;
+        Ok(Response::new(ReadlinkResponse { target }))
+    }
+
+    async fn link(&self, req: Request<LinkRequest>) -> Reply<LinkResponse> {
+        let r = req.into_inner();
+        let st = self
+            .durable(self.ns.link(&r.src, &r.dst, &caller(&r.caller)))
+            .await?;
+        Ok(Response::new(LinkResponse { status: Some(st) }))
+    }
+
+    async fn set_xattr(&self, req: Request<SetXattrRequest>) -> Reply<SetXattrResponse> {
+        let r = req.into_inner();
+        self.durable(
+            self.ns
+                .set_xattr(&r.path, &r.name, &r.value, r.flags, &caller(&r.caller)),
+        )
+        .await?;
+        Ok(Response::new(SetXattrResponse {}))
+    }
+
+    async fn get_xattr(&self, req: Request<GetXattrRequest>) -> Reply<GetXattrResponse> {
+        let r = req.into_inner();
+        let value = self.ns.get_xattr(&r.path, &r.name, &caller(&r.caller))?;
+        Ok(Response::new(GetXattrResponse { value }))
+    }
+
+    async fn list_xattr(&self, req: Request<ListXattrRequest>) -> Reply<ListXattrResponse> {
+        let r = req.into_inner();
+        let names = self.ns.list_xattr(&r.path, &caller(&r.caller))?;
+        Ok(Response::new(ListXattrResponse { names }))
+    }
+
+    async fn remove_xattr(&self, req: Request<RemoveXattrRequest>) -> Reply<RemoveXattrResponse> {
+        let r = req.into_inner();
+        self.durable(self.ns.remove_xattr(&r.path, &r.name, &caller(&r.caller)))
+            .await?;
+        Ok(Response::new(RemoveXattrResponse {}))
+    }
+
+    async fn report(&self, _req: Request<ReportRequest>) -> Reply<ReportResponse> {
+        Ok(Response::new(self.ns.report()))
+    }
+
+    async fn register_worker(&self, req: Request<RegisterRequest>) -> Reply<RegisterResponse> {
+        let r = self
+            .durable(self.ns.register_worker(req.into_inner()))
+            .await?;
+        Ok(Response::new(r))
+    }
+
+    async fn heartbeat(&self, req: Request<HeartbeatRequest>) -> Reply<HeartbeatResponse> {
+        let r = self.durable(self.ns.heartbeat(req.into_inner())).await?;
+        Ok(Response::new(r))
+    }
+}

@@ -1,0 +1,294 @@
+//! RocksDB store: column families `inodes`, `edges`, `blocks`, `worker_blocks`, `meta`.
+//! Reads go straight to RocksDB (thread safe); writes only through `apply`, which turns
+//! one journal entry into one atomic `WriteBatch`.
+
+use std::path::Path;
+
+use curvine_common::{FsError, FsResult};
+use prost::Message;
+use rocksdb::{
+    ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB,
+};
+
+use super::records::{op::Kind, BlockRec, Counters, InodeRec, JournalEntry};
+
+pub const CF_INODES: &str = "inodes";
+pub const CF_EDGES: &str = "edges";
+pub const CF_BLOCKS: &str = "blocks";
+pub const CF_WORKER_BLOCKS: &str = "worker_blocks";
+pub const CF_META: &str = "meta";
+
+pub const META_COUNTERS: &[u8] = b"counters";
+pub const META_CLUSTER_ID: &[u8] = b"cluster_id";
+pub const META_FORMAT: &[u8] = b"format_version";
+/// `w/` ‖ worker id (BE u32) -> encoded `proto::WorkerAddress`.
+pub const META_WORKER_PREFIX: &[u8] = b"w/";
+/// `u/` ‖ inode id (BE u64) -> writer client id (BE u64): files under construction.
+pub const META_OPEN_PREFIX: &[u8] = b"u/";
+
+const FORMAT_VERSION: &[u8] = b"1";
+
+pub fn db_err(what: &str, e: rocksdb::Error) -> FsError {
+    FsError::io(format!("metadata store: {what}: {e}"))
+}
+
+fn decode_err(what: &str, e: prost::DecodeError) -> FsError {
+    FsError::internal(format!("metadata store: corrupt {what}: {e}"))
+}
+
+pub fn edge_key(parent: u64, name: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + name.len());
+    k.extend_from_slice(&parent.to_be_bytes());
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+pub fn worker_block_key(worker: u32, block: u64) -> [u8; 12] {
+    let mut k = [0u8; 12];
+    k[..4].copy_from_slice(&worker.to_be_bytes());
+    k[4..].copy_from_slice(&block.to_be_bytes());
+    k
+}
+
+pub fn open_key(inode: u64) -> Vec<u8> {
+    let mut k = META_OPEN_PREFIX.to_vec();
+    k.extend_from_slice(&inode.to_be_bytes());
+    k
+}
+
+pub fn worker_key(worker: u32) -> Vec<u8> {
+    let mut k = META_WORKER_PREFIX.to_vec();
+    k.extend_from_slice(&worker.to_be_bytes());
+    k
+}
+
+fn be_u64(v: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(v.try_into().ok()?))
+}
+
+pub struct Store {
+    db: DB,
+}
+
+impl Store {
+    /// Open (creating if needed) the store in `dir`.
+    pub fn open(dir: &Path) -> FsResult<Store> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| FsError::io_ctx(format!("create {}", dir.display()), e))?;
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        opts.increase_parallelism(2);
+        opts.set_max_background_jobs(2);
+        let cfs = [CF_INODES, CF_EDGES, CF_BLOCKS, CF_WORKER_BLOCKS, CF_META]
+            .into_iter()
+            .map(|n| {
+                let mut o = Options::default();
+                o.set_write_buffer_size(32 << 20);
+                ColumnFamilyDescriptor::new(n, o)
+            });
+        let db = DB::open_cf_descriptors(&opts, dir, cfs)
+            .map_err(|e| db_err(&format!("open {}", dir.display()), e))?;
+        Ok(Store { db })
+    }
+
+    fn cf(&self, name: &str) -> FsResult<&rocksdb::ColumnFamily> {
+        self.db.cf_handle(name).ok_or_else(|| {
+            FsError::internal(format!("metadata store: missing column family {name}"))
+        })
+    }
+
+    fn get_raw(&self, cf: &str, key: &[u8]) -> FsResult<Option<rocksdb::DBPinnableSlice<'_>>> {
+        self.db
+            .get_pinned_cf(self.cf(cf)?, key)
+            .map_err(|e| db_err("read", e))
+    }
+
+    pub fn is_formatted(&self) -> FsResult<bool> {
+        Ok(self.get_raw(CF_META, META_FORMAT)?.is_some())
+    }
+
+    pub fn format_version() -> &'static [u8] {
+        FORMAT_VERSION
+    }
+
+    pub fn inode(&self, id: u64) -> FsResult<Option<InodeRec>> {
+        match self.get_raw(CF_INODES, &id.to_be_bytes())? {
+            Some(v) => Ok(Some(
+                InodeRec::decode(&*v).map_err(|e| decode_err("inode", e))?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    /// Several inodes in one call (missing ones are `None`).
+    pub fn inodes(&self, ids: &[u64]) -> FsResult<Vec<Option<InodeRec>>> {
+        let cf = self.cf(CF_INODES)?;
+        let keys: Vec<[u8; 8]> = ids.iter().map(|i| i.to_be_bytes()).collect();
+        let res = self.db.batched_multi_get_cf(cf, keys.iter(), false);
+        res.into_iter()
+            .map(|r| match r.map_err(|e| db_err("read", e))? {
+                Some(v) => Ok(Some(
+                    InodeRec::decode(&*v).map_err(|e| decode_err("inode", e))?,
+                )),
+                None => Ok(None),
+            })
+            .collect()
+    }
+
+    pub fn child(&self, parent: u64, name: &str) -> FsResult<Option<u64>> {
+        match self.get_raw(CF_EDGES, &edge_key(parent, name))? {
+            Some(v) => {
+                Ok(Some(be_u64(&v).ok_or_else(|| {
+                    FsError::internal("metadata store: corrupt edge")
+                })?))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Entries of `parent` with names after `start_after`, at most `limit`; and whether
+    /// more follow.
+    pub fn list(
+        &self,
+        parent: u64,
+        start_after: &str,
+        limit: usize,
+    ) -> FsResult<(Vec<(String, u64)>, bool)> {
+        let prefix = parent.to_be_bytes();
+        let start = edge_key(parent, start_after);
+        let mut out = Vec::new();
+        let it = self.db.iterator_cf(
+            self.cf(CF_EDGES)?,
+            IteratorMode::From(&start, Direction::Forward),
+        );
+        for item in it {
+            let (k, v) = item.map_err(|e| db_err("scan", e))?;
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            let name = std::str::from_utf8(&k[8..])
+                .map_err(|_| FsError::internal("metadata store: bad edge name"))?;
+            if !start_after.is_empty() && name == start_after {
+                continue;
+            }
+            if out.len() == limit {
+                return Ok((out, true));
+            }
+            let child =
+                be_u64(&v).ok_or_else(|| FsError::internal("metadata store: corrupt edge"))?;
+            out.push((name.to_string(), child));
+        }
+        Ok((out, false))
+    }
+
+    pub fn block(&self, id: u64) -> FsResult<Option<BlockRec>> {
+        match self.get_raw(CF_BLOCKS, &id.to_be_bytes())? {
+            Some(v) => Ok(Some(
+                BlockRec::decode(&*v).map_err(|e| decode_err("block", e))?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    pub fn blocks(&self, ids: &[u64]) -> FsResult<Vec<Option<BlockRec>>> {
+        let cf = self.cf(CF_BLOCKS)?;
+        let keys: Vec<[u8; 8]> = ids.iter().map(|i| i.to_be_bytes()).collect();
+        let res = self.db.batched_multi_get_cf(cf, keys.iter(), false);
+        res.into_iter()
+            .map(|r| match r.map_err(|e| db_err("read", e))? {
+                Some(v) => Ok(Some(
+                    BlockRec::decode(&*v).map_err(|e| decode_err("block", e))?,
+                )),
+                None => Ok(None),
+            })
+            .collect()
+    }
+
+    /// Block ids recorded on `worker` (reverse index).
+    pub fn worker_blocks(&self, worker: u32) -> FsResult<Vec<u64>> {
+        let prefix = worker.to_be_bytes();
+        let mut out = Vec::new();
+        for item in self.db.iterator_cf(
+            self.cf(CF_WORKER_BLOCKS)?,
+            IteratorMode::From(&prefix, Direction::Forward),
+        ) {
+            let (k, _) = item.map_err(|e| db_err("scan", e))?;
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            if let Some(b) = be_u64(&k[4..]) {
+                out.push(b);
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn meta(&self, key: &[u8]) -> FsResult<Option<Vec<u8>>> {
+        Ok(self.get_raw(CF_META, key)?.map(|v| v.to_vec()))
+    }
+
+    /// All `meta` entries under `prefix` as (key suffix, value).
+    pub fn meta_scan(&self, prefix: &[u8]) -> FsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for item in self.db.iterator_cf(
+            self.cf(CF_META)?,
+            IteratorMode::From(prefix, Direction::Forward),
+        ) {
+            let (k, v) = item.map_err(|e| db_err("scan", e))?;
+            if !k.starts_with(prefix) {
+                break;
+            }
+            out.push((k[prefix.len()..].to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+
+    pub fn counters(&self) -> FsResult<Counters> {
+        match self.meta(META_COUNTERS)? {
+            Some(v) => Counters::decode(&*v).map_err(|e| decode_err("counters", e)),
+            None => Ok(Counters::default()),
+        }
+    }
+
+    /// Apply one journal entry as one atomic write (WAL on, not synced; see `Syncer`).
+    pub fn apply(&self, entry: &JournalEntry) -> FsResult<()> {
+        let mut b = WriteBatch::default();
+        let (inodes, edges, blocks, wb, meta) = (
+            self.cf(CF_INODES)?,
+            self.cf(CF_EDGES)?,
+            self.cf(CF_BLOCKS)?,
+            self.cf(CF_WORKER_BLOCKS)?,
+            self.cf(CF_META)?,
+        );
+        for op in &entry.ops {
+            match &op.kind {
+                Some(Kind::PutInode(i)) => b.put_cf(inodes, i.id.to_be_bytes(), i.encode_to_vec()),
+                Some(Kind::DelInode(id)) => b.delete_cf(inodes, id.to_be_bytes()),
+                Some(Kind::PutEdge(e)) => {
+                    b.put_cf(edges, edge_key(e.parent, &e.name), e.child.to_be_bytes())
+                }
+                Some(Kind::DelEdge(e)) => b.delete_cf(edges, edge_key(e.parent, &e.name)),
+                Some(Kind::PutBlock(r)) => b.put_cf(blocks, r.id.to_be_bytes(), r.encode_to_vec()),
+                Some(Kind::DelBlock(id)) => b.delete_cf(blocks, id.to_be_bytes()),
+                Some(Kind::PutWorkerBlock(r)) => {
+                    b.put_cf(wb, worker_block_key(r.worker_id, r.block_id), [])
+                }
+                Some(Kind::DelWorkerBlock(r)) => {
+                    b.delete_cf(wb, worker_block_key(r.worker_id, r.block_id))
+                }
+                Some(Kind::PutMeta(m)) => b.put_cf(meta, &m.key, &m.value),
+                Some(Kind::DelMeta(k)) => b.delete_cf(meta, k),
+                None => {}
+            }
+        }
+        let mut wo = WriteOptions::default();
+        wo.set_sync(false);
+        self.db.write_opt(b, &wo).map_err(|e| db_err("write", e))
+    }
+
+    /// Make every write so far durable (one fsync of the WAL).
+    pub fn sync_wal(&self) -> FsResult<()> {
+        self.db.flush_wal(true).map_err(|e| db_err("sync WAL", e))
+    }
+}

@@ -1,0 +1,195 @@
+//! Worker registry, placement, block reports and leases.
+
+use std::time::{Duration, Instant};
+
+use curvine_common::proto::*;
+use curvine_common::{BlockId, FsError, InodeId};
+
+use super::namespace::Namespace;
+use super::tests::{create_req, mconf, open, register, root, stat, user, write_file};
+
+#[test]
+fn placement_prefers_local_then_free_space_with_tier_fallback() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let small = register(&ns, "client-host", (8 << 20, 0), (1 << 30, 0));
+    let big = register(&ns, "other", (1 << 30, 0), (1 << 30, 0));
+    let big2 = register(&ns, "third", (1 << 29, 0), (0, 0));
+    let w = &ns.workers;
+    let t = w
+        .place(StorageTier::Mem, 1, 1 << 20, "client-host", &[])
+        .unwrap();
+    assert_eq!(t[0].worker_id, small, "local host first");
+    let t = w
+        .place(StorageTier::Mem, 1, 1 << 20, "elsewhere", &[])
+        .unwrap();
+    assert_eq!(t[0].worker_id, big, "then most free space");
+    let t = w
+        .place(StorageTier::Mem, 2, 1 << 20, "elsewhere", &[big])
+        .unwrap();
+    let ids: Vec<u32> = t.iter().map(|t| t.worker_id).collect();
+    assert_eq!(ids, vec![big2, small]);
+    // The local worker's MEM tier fills up (reservations since its last heartbeat):
+    // the next block for it falls back to its SSD tier... or another MEM worker first.
+    for _ in 0..8 {
+        w.place(StorageTier::Mem, 1, 1 << 20, "client-host", &[big, big2])
+            .unwrap();
+    }
+    let t = w
+        .place(StorageTier::Mem, 1, 1 << 20, "client-host", &[big, big2])
+        .unwrap();
+    assert_eq!((t[0].worker_id, t[0].tier), (small, StorageTier::Ssd));
+    assert!(matches!(
+        w.place(StorageTier::Mem, 4, 1 << 20, "", &[]),
+        Err(FsError::NoSpace { .. })
+    ));
+    assert!(matches!(
+        w.place(StorageTier::Mem, 1, 1 << 20, "", &[small, big, big2]),
+        Err(FsError::Unavailable { .. })
+    ));
+}
+
+#[test]
+fn no_workers_is_unavailable() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let st = ns.create(&create_req("/f", &root())).unwrap().0;
+    let e = ns
+        .add_block(&AddBlockRequest {
+            file_id: st.id,
+            path: "/f".into(),
+            caller: Some(root()),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert!(
+        matches!(&e, FsError::Unavailable { message } if message.contains("no live workers")),
+        "{e}"
+    );
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn lost_worker_is_excluded_and_comes_back() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = Namespace::load(mconf(d.path()), false, Duration::from_millis(200)).unwrap();
+    let a = register(&ns, "a", (1 << 30, 0), (0, 0));
+    let b = register(&ns, "b", (1 << 29, 0), (0, 0));
+    let f = write_file(&ns, "/f", &[5]);
+    let _ = f;
+    // Keep b alive, let a go silent.
+    wait_until("a lost", || {
+        ns.heartbeat(HeartbeatRequest {
+            worker_id: b,
+            ..Default::default()
+        })
+        .unwrap();
+        ns.workers.detect_lost();
+        !ns.workers.is_alive(a)
+    });
+    let t = ns.workers.place(StorageTier::Mem, 1, 1, "", &[]).unwrap();
+    assert_eq!(t[0].worker_id, b);
+    let (_, blocks) = ns.open("/f", &root()).unwrap();
+    assert!(blocks[0].locations.is_empty(), "a's replica is hidden");
+    let rep = ns.report();
+    assert_eq!(rep.workers.iter().filter(|w| w.alive).count(), 1);
+    assert_eq!(rep.capacity, 1 << 29);
+    ns.heartbeat(HeartbeatRequest {
+        worker_id: a,
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(
+        ns.open("/f", &root()).unwrap().1[0].locations[0].worker_id,
+        a
+    );
+    assert!(
+        ns.heartbeat(HeartbeatRequest {
+            worker_id: 999,
+            ..Default::default()
+        })
+        .unwrap()
+        .0
+        .reregister
+    );
+}
+
+#[test]
+fn unknown_reported_blocks_are_queued_for_deletion() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let w = register(&ns, "h", (1 << 30, 0), (0, 0));
+    let writing = ns.create(&create_req("/w", &root())).unwrap().0;
+    let orphan = BlockId::new(InodeId(999_999), 0).0;
+    let in_flight = BlockId::new(InodeId(writing.id), 0).0;
+    let rep = |id| BlockReplica {
+        block_id: id,
+        len: 1,
+        tier: StorageTier::Mem as i32,
+    };
+    let (r, _) = ns
+        .register_worker(RegisterRequest {
+            worker_id: w,
+            address: Some(WorkerAddress {
+                host: "h".into(),
+                ..Default::default()
+            }),
+            blocks: vec![rep(orphan), rep(in_flight)],
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(r.worker_id, w);
+    let hb = ns
+        .heartbeat(HeartbeatRequest {
+            worker_id: w,
+            added: vec![rep(BlockId::new(InodeId(888_888), 3).0)],
+            ..Default::default()
+        })
+        .unwrap()
+        .0;
+    let mut del = hb.delete_blocks;
+    del.sort();
+    assert_eq!(del, vec![BlockId::new(InodeId(888_888), 3).0, orphan]);
+}
+
+#[test]
+fn expired_lease_removes_the_file() {
+    let d = tempfile::tempdir().unwrap();
+    let mut conf = mconf(d.path());
+    conf.lease_timeout = curvine_common::conf::Dur(Duration::from_millis(50));
+    let ns = Namespace::load(conf, false, Duration::from_secs(30)).unwrap();
+    let st = ns.create(&create_req("/partial", &root())).unwrap().0;
+    let kept = ns.create(&create_req("/renewed", &root())).unwrap().0;
+    wait_until("lease expiry", || {
+        ns.renew_lease(root().client_id, &[kept.id]);
+        ns.expire_leases().unwrap();
+        stat(&ns, "/partial").is_err()
+    });
+    assert!(stat(&ns, "/renewed").is_ok());
+    let e = ns
+        .complete(&CompleteRequest {
+            file_id: st.id,
+            path: "/partial".into(),
+            caller: Some(root()),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert!(matches!(e, FsError::NotFound { .. }), "{e}");
+    // Another client cannot complete a file whose lease is held.
+    let e = ns
+        .complete(&CompleteRequest {
+            file_id: kept.id,
+            path: "/renewed".into(),
+            caller: Some(user(5, 5)),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert!(matches!(e, FsError::Busy { .. }), "{e}");
+}

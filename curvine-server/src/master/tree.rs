@@ -1,0 +1,349 @@
+//! Names and directories: mkdir, stat, list, rename, delete, symlink, readlink, link.
+
+use curvine_common::proto::{CallerInfo, FileStatus, FileType};
+use curvine_common::{FsError, FsResult};
+use tracing::debug;
+
+use super::namespace::{
+    check, check_sticky, is_dir, is_symlink, status, Namespace, Reader, Txn, Walk,
+};
+use super::records::InodeRec;
+
+/// `rename` flag: fail with AlreadyExists when the destination exists.
+pub const RENAME_NOREPLACE: u32 = 1;
+/// `rename` flag: atomically swap source and destination (both must exist).
+pub const RENAME_EXCHANGE: u32 = 2;
+
+impl Namespace {
+    pub fn mkdir(
+        &self,
+        path: &str,
+        parents: bool,
+        mode: u32,
+        c: &CallerInfo,
+    ) -> FsResult<(FileStatus, u64)> {
+        self.mutate(|txn| {
+            let (ino, path) = {
+                let w = self.walk(&*txn, path, c, true);
+                match w {
+                    Ok(w) if w.inode.is_some() => {
+                        let ino = w.existing()?.clone();
+                        if parents && is_dir(&ino) {
+                            return Ok(status(&ino, w.path.clone(), w.name.clone()));
+                        }
+                        return Err(FsError::exists(&w.path));
+                    }
+                    _ => {
+                        let ino = self.mkdir_in(txn, path, parents, mode, c)?;
+                        let norm = curvine_common::path::normalize(path)?;
+                        (ino, norm)
+                    }
+                }
+            };
+            Ok(status(&ino, path, ino.name.clone()))
+        })
+    }
+
+    /// Create directory `path` (and, with `parents`, its missing ancestors).
+    pub(super) fn mkdir_in(
+        &self,
+        txn: &mut Txn<'_>,
+        path: &str,
+        parents: bool,
+        mode: u32,
+        c: &CallerInfo,
+    ) -> FsResult<InodeRec> {
+        let mode = if mode == 0 { 0o755 } else { mode };
+        let w = match self.walk(&*txn, path, c, false) {
+            Ok(w) => w,
+            Err(FsError::NotFound { path: missing }) if parents => {
+                // Create the first missing ancestor, then retry one level down.
+                self.mkdir_in(txn, &missing, true, mode, c)?;
+                return self.mkdir_in(txn, path, parents, mode, c);
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(existing) = &w.inode {
+            if parents && is_dir(existing) {
+                return Ok(existing.clone());
+            }
+            return Err(FsError::exists(&w.path));
+        }
+        let dir = w.dir()?.clone();
+        check(c, &dir, 3, &w.parent_path())?;
+        let mut ino = Self::new_inode(txn, FileType::Dir, mode, c, &dir, &w.name);
+        ino.complete = true;
+        txn.counters.dirs += 1;
+        txn.link_entry(dir.id, &w.name, ino.id)?;
+        txn.put_inode(ino.clone());
+        debug!(path = %w.path, id = ino.id, "mkdir");
+        Ok(ino)
+    }
+
+    pub fn get_status(&self, path: &str, follow: bool, c: &CallerInfo) -> FsResult<FileStatus> {
+        let w = self.walk(&*self.store, path, c, follow)?;
+        let ino = w.existing()?;
+        Ok(status(ino, w.path.clone(), w.name.clone()))
+    }
+
+    pub fn list(
+        &self,
+        path: &str,
+        start_after: &str,
+        limit: u32,
+        c: &CallerInfo,
+    ) -> FsResult<(Vec<FileStatus>, bool)> {
+        let w = self.walk(&*self.store, path, c, true)?;
+        let ino = w.existing()?;
+        if !is_dir(ino) {
+            return Ok((vec![status(ino, w.path.clone(), w.name.clone())], false));
+        }
+        check(c, ino, 4 | 1, &w.path)?;
+        let page = self.conf.list_page_size.max(1);
+        let limit = if limit == 0 || limit > page {
+            page
+        } else {
+            limit
+        };
+        let (entries, more) = self.store.list(ino.id, start_after, limit as usize)?;
+        let ids: Vec<u64> = entries.iter().map(|(_, id)| *id).collect();
+        let inodes = self.store.inodes(&ids)?;
+        let out = entries
+            .into_iter()
+            .zip(inodes)
+            .filter_map(|((name, _), i)| {
+                let i = i?;
+                Some(status(
+                    &i,
+                    curvine_common::path::child(&w.path, &name),
+                    name,
+                ))
+            })
+            .collect();
+        Ok((out, more))
+    }
+
+    pub fn readlink(&self, path: &str, c: &CallerInfo) -> FsResult<String> {
+        let w = self.walk(&*self.store, path, c, false)?;
+        let ino = w.existing()?;
+        if !is_symlink(ino) {
+            return Err(FsError::NotASymlink {
+                path: w.path.clone(),
+            });
+        }
+        Ok(ino.symlink_target.clone())
+    }
+
+    pub fn symlink(&self, target: &str, link: &str, c: &CallerInfo) -> FsResult<(FileStatus, u64)> {
+        if target.is_empty() || target.contains('\0') || target.len() > self.conf.max_path_len {
+            return Err(FsError::InvalidPath {
+                path: target.to_string(),
+                message: "bad symlink target".into(),
+            });
+        }
+        self.mutate(|txn| {
+            let w = self.walk(&*txn, link, c, false)?;
+            if w.inode.is_some() {
+                return Err(FsError::exists(&w.path));
+            }
+            let dir = w.dir()?.clone();
+            check(c, &dir, 3, &w.parent_path())?;
+            let mut ino = Self::new_inode(txn, FileType::Symlink, 0o777, c, &dir, &w.name);
+            ino.symlink_target = target.to_string();
+            ino.complete = true;
+            txn.counters.files += 1;
+            txn.link_entry(dir.id, &w.name, ino.id)?;
+            txn.put_inode(ino.clone());
+            Ok(status(&ino, w.path.clone(), w.name.clone()))
+        })
+    }
+
+    pub fn link(&self, src: &str, dst: &str, c: &CallerInfo) -> FsResult<(FileStatus, u64)> {
+        self.mutate(|txn| {
+            let s = self.walk(&*txn, src, c, false)?;
+            let mut ino = s.existing()?.clone();
+            if is_dir(&ino) {
+                return Err(FsError::PermissionDenied {
+                    path: s.path.clone(),
+                });
+            }
+            if !ino.complete && !is_symlink(&ino) {
+                return Err(FsError::FileIncomplete {
+                    path: s.path.clone(),
+                });
+            }
+            let d = self.walk(&*txn, dst, c, false)?;
+            if d.inode.is_some() {
+                return Err(FsError::exists(&d.path));
+            }
+            let dir = d.dir()?.clone();
+            check(c, &dir, 3, &d.parent_path())?;
+            ino.nlink += 1;
+            ino.ctime_ms = txn.now;
+            txn.link_entry(dir.id, &d.name, ino.id)?;
+            txn.put_inode(ino.clone());
+            Ok(status(&ino, d.path.clone(), d.name.clone()))
+        })
+    }
+
+    pub fn delete(&self, path: &str, recursive: bool, c: &CallerInfo) -> FsResult<(bool, u64)> {
+        self.mutate(|txn| {
+            let w = self.walk(&*txn, path, c, false)?;
+            let Some(parent) = w.parent.clone() else {
+                return Err(FsError::invalid("refusing to delete /"));
+            };
+            let ino = w.existing()?.clone();
+            check(c, &parent, 3, &w.parent_path())?;
+            check_sticky(c, &parent, &ino, &w.path)?;
+            if is_dir(&ino) && ino.children > 0 {
+                if !recursive {
+                    return Err(FsError::DirectoryNotEmpty {
+                        path: w.path.clone(),
+                    });
+                }
+                self.delete_contents(txn, &ino, &w.path, c)?;
+            }
+            txn.unlink_entry(parent.id, &w.name)?;
+            txn.release_inode(ino)?;
+            debug!(path = %w.path, recursive, "delete");
+            Ok(true)
+        })
+    }
+
+    /// Remove everything below directory `dir` (depth first).
+    fn delete_contents(
+        &self,
+        txn: &mut Txn<'_>,
+        dir: &InodeRec,
+        path: &str,
+        c: &CallerInfo,
+    ) -> FsResult<()> {
+        check(c, dir, 3, path)?;
+        let mut after = String::new();
+        loop {
+            let (entries, more) = txn.store.list(dir.id, &after, 1024)?;
+            for (name, id) in &entries {
+                let Some(child) = txn.inode(*id)? else {
+                    continue;
+                };
+                let child_path = curvine_common::path::child(path, name);
+                check_sticky(c, dir, &child, &child_path)?;
+                if is_dir(&child) && child.children > 0 {
+                    self.delete_contents(txn, &child, &child_path, c)?;
+                }
+                txn.del_edge(dir.id, name);
+                txn.release_inode(child)?;
+            }
+            match entries.last() {
+                Some((name, _)) if more => after = name.clone(),
+                _ => break,
+            }
+        }
+        Ok(())
+    }
+
+    pub fn rename(&self, src: &str, dst: &str, flags: u32, c: &CallerInfo) -> FsResult<((), u64)> {
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
+            || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
+        {
+            return Err(FsError::invalid(format!("bad rename flags {flags:#x}")));
+        }
+        self.mutate(|txn| {
+            let s = self.walk(&*txn, src, c, false)?;
+            let sdir = s
+                .parent
+                .clone()
+                .ok_or_else(|| FsError::invalid("cannot rename /"))?;
+            let sino = s.existing()?.clone();
+            let d = self.walk(&*txn, dst, c, false)?;
+            let ddir = d
+                .parent
+                .clone()
+                .ok_or_else(|| FsError::invalid("cannot rename onto /"))?;
+            if s.path == d.path {
+                return Ok(());
+            }
+            check(c, &sdir, 3, &s.parent_path())?;
+            check(c, &ddir, 3, &d.parent_path())?;
+            check_sticky(c, &sdir, &sino, &s.path)?;
+            if is_dir(&sino) && (d.chain.contains(&sino.id)) {
+                return Err(FsError::invalid(format!(
+                    "cannot move {} into its own subtree {}",
+                    s.path, d.path
+                )));
+            }
+            if flags & RENAME_EXCHANGE != 0 {
+                return self.exchange(txn, &s, &d, c);
+            }
+            if let Some(dino) = &d.inode {
+                if flags & RENAME_NOREPLACE != 0 {
+                    return Err(FsError::exists(&d.path));
+                }
+                if dino.id == sino.id {
+                    // Two names of one file: POSIX says do nothing.
+                    return Ok(());
+                }
+                check_sticky(c, &ddir, dino, &d.path)?;
+                match (is_dir(&sino), is_dir(dino)) {
+                    (false, true) => {
+                        return Err(FsError::IsADirectory {
+                            path: d.path.clone(),
+                        })
+                    }
+                    (true, false) => {
+                        return Err(FsError::NotADirectory {
+                            path: d.path.clone(),
+                        })
+                    }
+                    (true, true) if dino.children > 0 => {
+                        return Err(FsError::DirectoryNotEmpty {
+                            path: d.path.clone(),
+                        })
+                    }
+                    _ => {}
+                }
+                txn.unlink_entry(ddir.id, &d.name)?;
+                txn.release_inode(dino.clone())?;
+            }
+            txn.unlink_entry(sdir.id, &s.name)?;
+            txn.link_entry(ddir.id, &d.name, sino.id)?;
+            let mut moved = txn.must_inode(sino.id)?;
+            moved.parent = ddir.id;
+            moved.name = d.name.clone();
+            moved.ctime_ms = txn.now;
+            txn.put_inode(moved);
+            debug!(src = %s.path, dst = %d.path, "rename");
+            Ok(())
+        })
+    }
+
+    fn exchange(&self, txn: &mut Txn<'_>, s: &Walk, d: &Walk, c: &CallerInfo) -> FsResult<()> {
+        let sino = s.existing()?.clone();
+        let dino = d.existing()?.clone();
+        let (sdir, ddir) = (s.dir()?.clone(), d.dir()?.clone());
+        check_sticky(c, &ddir, &dino, &d.path)?;
+        if is_dir(&dino) && s.chain.contains(&dino.id) {
+            return Err(FsError::invalid(format!(
+                "cannot move {} into its own subtree {}",
+                d.path, s.path
+            )));
+        }
+        if sino.id == dino.id {
+            return Ok(());
+        }
+        txn.put_edge(sdir.id, &s.name, dino.id);
+        txn.put_edge(ddir.id, &d.name, sino.id);
+        for (dir, (id, name)) in [(sdir.id, (dino.id, &s.name)), (ddir.id, (sino.id, &d.name))] {
+            let mut i = txn.must_inode(id)?;
+            i.parent = dir;
+            i.name = name.clone();
+            i.ctime_ms = txn.now;
+            txn.put_inode(i);
+            let mut p = txn.must_inode(dir)?;
+            p.mtime_ms = txn.now;
+            p.ctime_ms = txn.now;
+            txn.put_inode(p);
+        }
+        Ok(())
+    }
+}

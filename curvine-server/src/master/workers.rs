@@ -1,0 +1,423 @@
+//! Worker registry: addresses, per-tier capacity, liveness, queued block deletions, and
+//! the worker-facing calls (register with a full block report, heartbeat).
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use curvine_common::proto::{
+    BlockReplica, HeartbeatRequest, HeartbeatResponse, RegisterRequest, RegisterResponse,
+    StorageTier, TierReport, WorkerAddress, WorkerReport,
+};
+use curvine_common::types::now_ms;
+use curvine_common::{BlockId, FsError, FsResult};
+use prost::Message;
+use tracing::{debug, info, warn};
+
+use super::namespace::{Namespace, Reader};
+use super::records::Loc;
+use super::store::{self, Store};
+
+pub(super) struct WorkerState {
+    pub id: u32,
+    pub address: WorkerAddress,
+    pub tiers: Vec<TierReport>,
+    /// None until the worker registers with this master instance.
+    pub last_seen: Option<Instant>,
+    pub last_heartbeat_ms: i64,
+    /// Bytes handed out (one block size per allocation) since the last heartbeat.
+    pub reserved: HashMap<i32, u64>,
+    pub pending_deletes: Vec<u64>,
+    /// Liveness as last logged by the lost-worker detector.
+    pub was_alive: bool,
+}
+
+pub(super) struct Workers {
+    map: RwLock<HashMap<u32, WorkerState>>,
+    lost_timeout: Duration,
+}
+
+/// A chosen replica target.
+pub(super) struct Target {
+    pub worker_id: u32,
+    pub tier: StorageTier,
+    pub address: WorkerAddress,
+}
+
+impl Workers {
+    pub fn new(lost_timeout: Duration) -> Workers {
+        Workers {
+            map: RwLock::new(HashMap::new()),
+            lost_timeout,
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<u32, WorkerState>> {
+        self.map.read().unwrap_or_else(|p| p.into_inner())
+    }
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<u32, WorkerState>> {
+        self.map.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Load the persisted worker addresses (all dead until they register).
+    pub fn load(&self, store: &Store) -> FsResult<()> {
+        let mut m = self.write();
+        for (k, v) in store.meta_scan(store::META_WORKER_PREFIX)? {
+            let Ok(k) = <[u8; 4]>::try_from(&k[..]) else {
+                continue;
+            };
+            let id = u32::from_be_bytes(k);
+            let address = WorkerAddress::decode(&*v).unwrap_or_default();
+            m.insert(id, new_state(id, address));
+        }
+        Ok(())
+    }
+
+    fn alive(&self, w: &WorkerState) -> bool {
+        w.last_seen.is_some_and(|t| t.elapsed() < self.lost_timeout)
+    }
+
+    #[cfg(test)]
+    pub fn is_alive(&self, id: u32) -> bool {
+        self.read().get(&id).is_some_and(|w| self.alive(w))
+    }
+
+    /// Addresses of the live workers among `ids`.
+    pub fn live_addresses(&self) -> HashMap<u32, WorkerAddress> {
+        self.read()
+            .values()
+            .filter(|w| self.alive(w))
+            .map(|w| (w.id, w.address.clone()))
+            .collect()
+    }
+
+    pub fn queue_delete(&self, worker: u32, block: u64) {
+        if let Some(w) = self.write().get_mut(&worker) {
+            w.pending_deletes.push(block);
+        }
+    }
+
+    /// Log workers that went silent or came back; returns the number lost.
+    pub fn detect_lost(&self) -> usize {
+        let mut m = self.write();
+        let mut lost = 0;
+        for w in m.values_mut() {
+            let alive = w.last_seen.is_some_and(|t| t.elapsed() < self.lost_timeout);
+            if w.was_alive && !alive {
+                warn!(worker = w.id, host = %w.address.host, "worker lost (no heartbeat)");
+                lost += 1;
+            }
+            w.was_alive = alive;
+        }
+        lost
+    }
+
+    /// Choose `replicas` distinct live workers for a block of `block_size` bytes:
+    /// the requested tier first, then slower tiers; within a tier the caller's host
+    /// first, then the most free space.
+    pub fn place(
+        &self,
+        tier: StorageTier,
+        replicas: u32,
+        block_size: u64,
+        client_host: &str,
+        excluded: &[u32],
+    ) -> FsResult<Vec<Target>> {
+        let mut m = self.write();
+        let live: Vec<u32> = m
+            .values()
+            .filter(|w| w.last_seen.is_some_and(|t| t.elapsed() < self.lost_timeout))
+            .filter(|w| !excluded.contains(&w.id))
+            .map(|w| w.id)
+            .collect();
+        if live.is_empty() {
+            return Err(FsError::Unavailable {
+                message: if excluded.is_empty() {
+                    "no live workers".into()
+                } else {
+                    format!("no live workers besides the {} excluded", excluded.len())
+                },
+            });
+        }
+        let mut tiers = vec![];
+        let mut t = Some(tier);
+        while let Some(x) = t {
+            tiers.push(x);
+            t = x.next();
+        }
+        let mut chosen: Vec<Target> = Vec::new();
+        // First pass: room for a whole block; second pass: any room at all.
+        for need in [block_size.max(1), 1] {
+            for &t in &tiers {
+                while chosen.len() < replicas as usize {
+                    let best = live
+                        .iter()
+                        .filter(|id| !chosen.iter().any(|c| c.worker_id == **id))
+                        .filter_map(|id| {
+                            let w = m.get(id)?;
+                            let free = free_in(w, t);
+                            (free >= need).then_some((w, free))
+                        })
+                        .max_by_key(|(w, free)| {
+                            (
+                                !client_host.is_empty() && w.address.host == client_host,
+                                *free,
+                            )
+                        });
+                    let Some((w, _)) = best else { break };
+                    chosen.push(Target {
+                        worker_id: w.id,
+                        tier: t,
+                        address: w.address.clone(),
+                    });
+                }
+            }
+            if chosen.len() == replicas as usize {
+                break;
+            }
+        }
+        if chosen.len() < replicas as usize {
+            return Err(FsError::no_space(format!(
+                "need {replicas} workers with free space for a block, found {} (of {} live)",
+                chosen.len(),
+                live.len()
+            )));
+        }
+        for c in &chosen {
+            if let Some(w) = m.get_mut(&c.worker_id) {
+                *w.reserved.entry(c.tier as i32).or_default() += block_size;
+            }
+        }
+        Ok(chosen)
+    }
+
+    pub fn reports(&self) -> Vec<WorkerReport> {
+        let mut v: Vec<WorkerReport> = self
+            .read()
+            .values()
+            .map(|w| WorkerReport {
+                address: Some(w.address.clone()),
+                tiers: w.tiers.clone(),
+                alive: self.alive(w),
+                last_heartbeat_ms: w.last_heartbeat_ms,
+            })
+            .collect();
+        v.sort_by_key(|r| r.address.as_ref().map(|a| a.worker_id));
+        v
+    }
+}
+
+fn new_state(id: u32, mut address: WorkerAddress) -> WorkerState {
+    address.worker_id = id;
+    WorkerState {
+        id,
+        address,
+        tiers: Vec::new(),
+        last_seen: None,
+        last_heartbeat_ms: 0,
+        reserved: HashMap::new(),
+        pending_deletes: Vec::new(),
+        was_alive: false,
+    }
+}
+
+fn free_in(w: &WorkerState, tier: StorageTier) -> u64 {
+    let (cap, used) = w
+        .tiers
+        .iter()
+        .filter(|t| t.tier == tier as i32)
+        .fold((0u64, 0u64), |(c, u), t| (c + t.capacity, u + t.used));
+    let reserved = w.reserved.get(&(tier as i32)).copied().unwrap_or(0);
+    cap.saturating_sub(used).saturating_sub(reserved)
+}
+
+impl Namespace {
+    pub fn register_worker(&self, req: RegisterRequest) -> FsResult<(RegisterResponse, u64)> {
+        if !req.cluster_id.is_empty() && req.cluster_id != self.cluster_id {
+            return Err(FsError::invalid(format!(
+                "worker belongs to cluster {}, this master serves {}",
+                req.cluster_id, self.cluster_id
+            )));
+        }
+        let address = req
+            .address
+            .clone()
+            .ok_or_else(|| FsError::invalid("register without an address"))?;
+        let known = req.worker_id != 0 && self.workers.read().contains_key(&req.worker_id);
+        // Assign an id and persist the address and the block report's consequences.
+        let reported: Vec<&BlockReplica> = req.blocks.iter().collect();
+        let ((id, stale), seq) = self.mutate(|txn| {
+            let id = if known {
+                req.worker_id
+            } else {
+                let id = txn.counters.next_worker.max(1);
+                txn.counters.next_worker = id + 1;
+                id
+            };
+            let mut addr = address.clone();
+            addr.worker_id = id;
+            txn.put_meta(store::worker_key(id), addr.encode_to_vec());
+            let mut stale = Vec::new();
+            let mut seen = std::collections::HashSet::new();
+            for r in &reported {
+                seen.insert(r.block_id);
+                if !self.record_replica(txn, id, r)? {
+                    stale.push(r.block_id);
+                }
+            }
+            // Replicas recorded for this worker but absent from its report are gone.
+            for b in txn.store.worker_blocks(id)? {
+                if !seen.contains(&b) {
+                    self.forget_replica(txn, id, b)?;
+                }
+            }
+            Ok((id, stale))
+        })?;
+        {
+            let mut m = self.workers.write();
+            let w = m
+                .entry(id)
+                .or_insert_with(|| new_state(id, address.clone()));
+            w.address = address;
+            w.address.worker_id = id;
+            w.tiers = req.tiers;
+            w.last_seen = Some(Instant::now());
+            w.last_heartbeat_ms = now_ms();
+            w.reserved.clear();
+            w.pending_deletes.extend(stale.iter().copied());
+            w.was_alive = true;
+        }
+        info!(
+            worker = id,
+            host = %self.workers.read().get(&id).map(|w| w.address.host.clone()).unwrap_or_default(),
+            blocks = req.blocks.len(),
+            stale = stale.len(),
+            "worker registered"
+        );
+        Ok((
+            RegisterResponse {
+                worker_id: id,
+                cluster_id: self.cluster_id.clone(),
+            },
+            seq,
+        ))
+    }
+
+    pub fn heartbeat(&self, req: HeartbeatRequest) -> FsResult<(HeartbeatResponse, u64)> {
+        let id = req.worker_id;
+        let registered = self
+            .workers
+            .read()
+            .get(&id)
+            .is_some_and(|w| w.last_seen.is_some());
+        if !registered {
+            debug!(worker = id, "heartbeat from an unregistered worker");
+            return Ok((
+                HeartbeatResponse {
+                    delete_blocks: Vec::new(),
+                    reregister: true,
+                },
+                0,
+            ));
+        }
+        let (stale, seq) = if req.added.is_empty() && req.removed.is_empty() {
+            (Vec::new(), 0)
+        } else {
+            self.mutate(|txn| {
+                let mut stale = Vec::new();
+                for r in &req.added {
+                    if !self.record_replica(txn, id, r)? {
+                        stale.push(r.block_id);
+                    }
+                }
+                for b in &req.removed {
+                    self.forget_replica(txn, id, *b)?;
+                }
+                Ok(stale)
+            })?
+        };
+        let mut m = self.workers.write();
+        let Some(w) = m.get_mut(&id) else {
+            return Ok((
+                HeartbeatResponse {
+                    delete_blocks: Vec::new(),
+                    reregister: true,
+                },
+                seq,
+            ));
+        };
+        if !w.was_alive {
+            info!(worker = id, "worker is back");
+            w.was_alive = true;
+        }
+        // An empty tier list means "unchanged".
+        if !req.tiers.is_empty() {
+            w.tiers = req.tiers;
+        }
+        w.last_seen = Some(Instant::now());
+        w.last_heartbeat_ms = now_ms();
+        w.reserved.clear();
+        w.pending_deletes.extend(stale);
+        let delete_blocks = std::mem::take(&mut w.pending_deletes);
+        Ok((
+            HeartbeatResponse {
+                delete_blocks,
+                reregister: false,
+            },
+            seq,
+        ))
+    }
+
+    /// Record that `worker` holds replica `r`. Returns false when the block belongs to
+    /// nothing (not recorded, and its owner is not a file being written): delete it.
+    fn record_replica(
+        &self,
+        txn: &mut super::namespace::Txn<'_>,
+        worker: u32,
+        r: &BlockReplica,
+    ) -> FsResult<bool> {
+        match txn.store.block(r.block_id)? {
+            Some(mut b) => {
+                let tier = if r.tier == 0 {
+                    b.locs.first().map(|l| l.tier).unwrap_or(0)
+                } else {
+                    r.tier
+                };
+                match b.locs.iter_mut().find(|l| l.worker_id == worker) {
+                    Some(l) if l.tier == tier => return Ok(true),
+                    Some(l) => l.tier = tier,
+                    None => b.locs.push(Loc {
+                        worker_id: worker,
+                        tier,
+                    }),
+                }
+                txn.put_worker_block(worker, b.id);
+                txn.put_block(b);
+                Ok(true)
+            }
+            None => {
+                let owner = BlockId(r.block_id).inode().0;
+                Ok(txn
+                    .inode(owner)?
+                    .is_some_and(|i| super::namespace::is_file(&i) && !i.complete))
+            }
+        }
+    }
+
+    fn forget_replica(
+        &self,
+        txn: &mut super::namespace::Txn<'_>,
+        worker: u32,
+        block: u64,
+    ) -> FsResult<()> {
+        txn.del_worker_block(worker, block);
+        if let Some(mut b) = txn.store.block(block)? {
+            let before = b.locs.len();
+            b.locs.retain(|l| l.worker_id != worker);
+            if b.locs.len() != before {
+                txn.put_block(b);
+            }
+        }
+        Ok(())
+    }
+}
