@@ -1,0 +1,622 @@
+//! Block store: the index of committed blocks across the worker's tiers, space
+//! reservations for writes, commit (staging -> blocks), deletion and the pending
+//! incremental block report. All file I/O here is blocking; callers on the async
+//! runtime use `spawn_blocking` (or accept that tmpfs metadata calls are fast).
+//!
+//! Locking: one `std::sync::Mutex` over the index and the accounting; it is never held
+//! across a data copy, only across a few metadata syscalls (renames) that must be atomic
+//! with the index update.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use curvine_common::checksum::chunk_count;
+use curvine_common::conf::TierDir;
+use curvine_common::proto::{BlockReplica, StorageTier, TierReport};
+use curvine_common::{FsError, FsResult};
+use tokio::sync::Notify;
+use tracing::{debug, info, warn};
+
+use super::layout::{self, block_file, remove_quiet, sidecar_of, Sidecar, BLOCKS_DIR};
+use super::tiers::{fs_free_bytes, prepare_dir, Tier};
+
+/// Store settings taken from the worker configuration.
+#[derive(Debug, Clone)]
+pub struct StoreConf {
+    pub chunk_size: u32,
+    pub fsync: bool,
+    /// Bytes reserved for a write that does not say how much it needs.
+    pub default_reserve: u64,
+    pub high_watermark: f64,
+    pub low_watermark: f64,
+    /// `host:port`, used in errors that name the worker.
+    pub worker: String,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct BlockMeta {
+    pub tier: usize,
+    pub len: u64,
+    pub chunk_size: u32,
+    pub last_access: u64,
+    /// An eviction is copying the block to the next tier.
+    pub moving: bool,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Inner {
+    pub tiers: Vec<Tier>,
+    pub blocks: HashMap<u64, BlockMeta>,
+    pub tick: u64,
+    pub pending_added: HashMap<u64, BlockReplica>,
+    pub pending_removed: HashSet<u64>,
+}
+
+impl Inner {
+    pub fn touch(&mut self, id: u64) {
+        self.tick += 1;
+        let t = self.tick;
+        if let Some(m) = self.blocks.get_mut(&id) {
+            m.last_access = t;
+        }
+    }
+
+    pub fn note_added(&mut self, id: u64, len: u64, tier: StorageTier) {
+        self.pending_removed.remove(&id);
+        self.pending_added.insert(
+            id,
+            BlockReplica {
+                block_id: id,
+                len,
+                tier: tier as i32,
+            },
+        );
+    }
+
+    fn note_removed(&mut self, id: u64) {
+        self.pending_added.remove(&id);
+        self.pending_removed.insert(id);
+    }
+}
+
+#[derive(Debug)]
+pub struct BlockStore {
+    pub(super) conf: StoreConf,
+    pub(super) inner: Mutex<Inner>,
+    staging_seq: AtomicU64,
+    /// Wakes the eviction task after a commit pushed a tier past its high watermark.
+    pub(super) evict_wakeup: Notify,
+}
+
+/// A committed block opened for reading.
+#[derive(Debug)]
+pub struct BlockReader {
+    pub file: File,
+    pub path: PathBuf,
+    pub len: u64,
+    pub chunk_size: u32,
+    pub crcs: Vec<u32>,
+    pub tier: StorageTier,
+}
+
+impl BlockStore {
+    /// Prepare every tier dir, clear staging and rebuild the index from `blocks/`.
+    pub fn open(dirs: &[TierDir], conf: StoreConf) -> FsResult<Arc<BlockStore>> {
+        if dirs.is_empty() {
+            return Err(FsError::config("worker.data_dir is empty"));
+        }
+        let mut inner = Inner::default();
+        for td in dirs {
+            prepare_dir(td)?;
+            inner.tiers.push(Tier {
+                tier: td.tier,
+                dir: td.path.clone(),
+                capacity: td.capacity.unwrap_or(0),
+                committed: 0,
+                reserved: 0,
+                blocks: 0,
+            });
+        }
+        for idx in 0..dirs.len() {
+            scan_tier(&mut inner, idx);
+        }
+        for (td, t) in dirs.iter().zip(inner.tiers.iter_mut()) {
+            if td.capacity.is_none() {
+                t.capacity = fs_free_bytes(&td.path)
+                    .map_err(|e| {
+                        FsError::config(format!("worker.data_dir entry {}: {e}", td.path.display()))
+                    })?
+                    .saturating_add(t.committed);
+            }
+            info!(tier = t.tier.name(), dir = %t.dir.display(), capacity = t.capacity,
+                used = t.committed, blocks = t.blocks, "tier ready");
+        }
+        Ok(Arc::new(BlockStore {
+            conf,
+            inner: Mutex::new(inner),
+            staging_seq: AtomicU64::new(1),
+            evict_wakeup: Notify::new(),
+        }))
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves consistent-enough state (every update
+        // is a few field writes); keep serving rather than poisoning the worker.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn conf(&self) -> &StoreConf {
+        &self.conf
+    }
+
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        self.lock().tiers.iter().map(|t| t.dir.clone()).collect()
+    }
+
+    pub fn tier_reports(&self) -> Vec<TierReport> {
+        self.lock().tiers.iter().map(Tier::report).collect()
+    }
+
+    /// Every committed block (full block report).
+    pub fn full_report(&self) -> Vec<BlockReplica> {
+        let g = self.lock();
+        g.blocks
+            .iter()
+            .map(|(id, m)| BlockReplica {
+                block_id: *id,
+                len: m.len,
+                tier: g.tiers[m.tier].tier as i32,
+            })
+            .collect()
+    }
+
+    /// Take the incremental report accumulated since the last call.
+    pub fn take_pending(&self) -> (Vec<BlockReplica>, Vec<u64>) {
+        let mut g = self.lock();
+        let added = g.pending_added.drain().map(|(_, r)| r).collect();
+        let removed = g.pending_removed.drain().collect();
+        (added, removed)
+    }
+
+    /// Put back a report that could not be delivered, unless newer events superseded it.
+    pub fn restore_pending(&self, added: Vec<BlockReplica>, removed: Vec<u64>) {
+        let mut g = self.lock();
+        for r in added {
+            if !g.pending_removed.contains(&r.block_id) {
+                g.pending_added.entry(r.block_id).or_insert(r);
+            }
+        }
+        for id in removed {
+            if !g.pending_added.contains_key(&id) {
+                g.pending_removed.insert(id);
+            }
+        }
+    }
+
+    /// Committed length and tier of a block, if present.
+    pub fn block_info(&self, id: u64) -> Option<(u64, StorageTier)> {
+        let g = self.lock();
+        g.blocks.get(&id).map(|m| (m.len, g.tiers[m.tier].tier))
+    }
+
+    fn not_found(&self, id: u64) -> FsError {
+        FsError::BlockNotFound {
+            block_id: id,
+            worker: self.conf.worker.clone(),
+        }
+    }
+
+    /// Start writing `id`: reserve space (evicting or falling back to slower tiers) and
+    /// create an empty staging file. Blocking (eviction may copy blocks).
+    pub fn begin_write(
+        self: &Arc<Self>,
+        id: u64,
+        want: StorageTier,
+        reserve: u64,
+    ) -> FsResult<WriteHandle> {
+        if self.lock().blocks.contains_key(&id) {
+            return Err(FsError::exists(format!("block {id}")));
+        }
+        let reserve = if reserve == 0 {
+            self.conf.default_reserve
+        } else {
+            reserve
+        };
+        let tier = self.reserve_somewhere(want, reserve)?;
+        let dir = self.lock().tiers[tier].dir.clone();
+        let seq = self.staging_seq.fetch_add(1, Ordering::Relaxed);
+        let staging = dir.join(layout::STAGING_DIR).join(format!("{id}.{seq}"));
+        let mut handle = WriteHandle {
+            store: self.clone(),
+            id,
+            tier,
+            reserved: reserve,
+            staging,
+            file: None,
+            done: false,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&handle.staging)
+            .map_err(|e| FsError::io_ctx(handle.staging.display(), e))?;
+        handle.file = Some(file);
+        debug!(
+            block = id,
+            tier = handle.tier_name(),
+            reserve,
+            "write opened"
+        );
+        Ok(handle)
+    }
+
+    /// Reserve `n` bytes in the first tier at or below `want` that can take it.
+    fn reserve_somewhere(&self, want: StorageTier, n: u64) -> FsResult<usize> {
+        let (start, count) = {
+            let g = self.lock();
+            let start = match want {
+                StorageTier::Unspecified => 0,
+                w => g
+                    .tiers
+                    .iter()
+                    .position(|t| t.tier as i32 >= w as i32)
+                    .unwrap_or(g.tiers.len() - 1),
+            };
+            (start, g.tiers.len())
+        };
+        for idx in start..count {
+            if self.reserve_in(idx, n) {
+                return Ok(idx);
+            }
+        }
+        let g = self.lock();
+        let free: Vec<String> = g.tiers[start..]
+            .iter()
+            .map(|t| {
+                format!(
+                    "{} {} free of {}",
+                    t.tier.name(),
+                    t.capacity.saturating_sub(t.used()),
+                    t.capacity
+                )
+            })
+            .collect();
+        Err(FsError::no_space(format!(
+            "worker {} cannot reserve {n} bytes in any tier ({})",
+            self.conf.worker,
+            free.join(", ")
+        )))
+    }
+
+    pub(super) fn release(&self, tier: usize, n: u64) {
+        let mut g = self.lock();
+        let t = &mut g.tiers[tier];
+        t.reserved = t.reserved.saturating_sub(n);
+    }
+
+    /// Open a committed block for reading and mark it recently used. Retries if an
+    /// eviction moved the block between the lookup and the open.
+    pub fn open_read(&self, id: u64) -> FsResult<BlockReader> {
+        let mut last_err = None;
+        for _ in 0..4 {
+            let (path, len, chunk_size, tier) = {
+                let mut g = self.lock();
+                let Some(m) = g.blocks.get(&id).cloned() else {
+                    return Err(self.not_found(id));
+                };
+                g.touch(id);
+                let t = &g.tiers[m.tier];
+                (block_file(&t.dir, id), m.len, m.chunk_size, t.tier)
+            };
+            let opened = File::open(&path).and_then(|f| {
+                let sc = fs::read(sidecar_of(&path))?;
+                Ok((f, sc))
+            });
+            match opened {
+                Ok((file, sc)) => {
+                    let sc = Sidecar::decode(&sc).ok_or_else(|| {
+                        FsError::io(format!("{}: malformed checksum sidecar", path.display()))
+                    })?;
+                    return Ok(BlockReader {
+                        file,
+                        path,
+                        len,
+                        chunk_size,
+                        crcs: sc.crcs,
+                        tier,
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => last_err = Some(e),
+                Err(e) => return Err(FsError::io_ctx(path.display(), e)),
+            }
+        }
+        warn!(block = id, error = ?last_err, "block file vanished while opening it");
+        Err(self.not_found(id))
+    }
+
+    /// Delete a committed block (master request). Returns whether it existed.
+    pub fn delete(&self, id: u64) -> bool {
+        let path = {
+            let mut g = self.lock();
+            let Some(m) = g.blocks.remove(&id) else {
+                return false;
+            };
+            let t = &mut g.tiers[m.tier];
+            t.committed = t.committed.saturating_sub(m.len);
+            t.blocks = t.blocks.saturating_sub(1);
+            let p = block_file(&t.dir, id);
+            g.note_removed(id);
+            p
+        };
+        for p in [path.clone(), sidecar_of(&path)] {
+            if let Err(e) = remove_quiet(&p) {
+                warn!(block = id, error = %e, path = %p.display(), "delete block file failed");
+            }
+        }
+        debug!(block = id, "block deleted");
+        true
+    }
+}
+
+/// Index one tier's `blocks/` directory; invalid entries are deleted.
+fn scan_tier(inner: &mut Inner, idx: usize) {
+    let dir = inner.tiers[idx].dir.join(BLOCKS_DIR);
+    let Ok(shards) = fs::read_dir(&dir) else {
+        return;
+    };
+    for shard in shards.flatten() {
+        let sp = shard.path();
+        let Ok(files) = fs::read_dir(&sp) else {
+            continue;
+        };
+        for f in files.flatten() {
+            let p = f.path();
+            let name = f.file_name().to_string_lossy().into_owned();
+            if let Some(stem) = name.strip_suffix(".crc") {
+                // sidecars are examined with their block; drop orphans
+                if stem.parse::<u64>().is_err() || !sp.join(stem).exists() {
+                    discard(&p, "orphan or malformed sidecar");
+                }
+                continue;
+            }
+            let Ok(id) = name.parse::<u64>() else {
+                discard(&p, "unknown file in blocks dir");
+                continue;
+            };
+            match check_block(&p) {
+                Ok(_) if inner.blocks.contains_key(&id) => {
+                    // a crash during a move left two copies; keep the faster one
+                    discard(&p, "duplicate of a block in a faster tier");
+                    discard(&sidecar_of(&p), "duplicate sidecar");
+                }
+                Ok(sc) => {
+                    let t = &mut inner.tiers[idx];
+                    t.committed += sc.len;
+                    t.blocks += 1;
+                    inner.blocks.insert(
+                        id,
+                        BlockMeta {
+                            tier: idx,
+                            len: sc.len,
+                            chunk_size: sc.chunk_size,
+                            last_access: 0,
+                            moving: false,
+                        },
+                    );
+                }
+                Err(why) => {
+                    discard(&p, &why);
+                    discard(&sidecar_of(&p), &why);
+                }
+            }
+        }
+    }
+}
+
+fn check_block(p: &Path) -> Result<Sidecar, String> {
+    let len = fs::metadata(p).map_err(|e| e.to_string())?.len();
+    let sc = Sidecar::read(&sidecar_of(p)).map_err(|e| e.to_string())?;
+    if sc.len != len {
+        return Err(format!(
+            "block file has {len} bytes, sidecar says {}",
+            sc.len
+        ));
+    }
+    Ok(sc)
+}
+
+fn discard(p: &Path, why: &str) {
+    if p.exists() {
+        warn!(path = %p.display(), why, "discarding invalid block file");
+        if let Err(e) = remove_quiet(p) {
+            warn!(path = %p.display(), error = %e, "cannot remove invalid block file");
+        }
+    }
+}
+
+/// A block being written: holds its reservation and staging file. Dropped without
+/// `commit`, it removes the staging file and releases the reservation.
+pub struct WriteHandle {
+    store: Arc<BlockStore>,
+    pub id: u64,
+    tier: usize,
+    reserved: u64,
+    staging: PathBuf,
+    file: Option<File>,
+    done: bool,
+}
+
+impl std::fmt::Debug for WriteHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteHandle")
+            .field("id", &self.id)
+            .field("staging", &self.staging)
+            .finish()
+    }
+}
+
+impl WriteHandle {
+    pub fn staging_path(&self) -> &Path {
+        &self.staging
+    }
+
+    pub fn tier(&self) -> StorageTier {
+        self.store.lock().tiers[self.tier].tier
+    }
+
+    fn tier_name(&self) -> &'static str {
+        self.tier().name()
+    }
+
+    /// A handle on the staging file for a writer thread.
+    pub fn clone_file(&self) -> FsResult<File> {
+        match &self.file {
+            Some(f) => f
+                .try_clone()
+                .map_err(|e| FsError::io_ctx(self.staging.display(), e)),
+            None => Err(FsError::internal("staging file not open")),
+        }
+    }
+
+    /// Make sure `total` bytes are reserved (no eviction; the open reserved the block size).
+    pub fn ensure_reserved(&mut self, total: u64) -> FsResult<()> {
+        if total <= self.reserved {
+            return Ok(());
+        }
+        let extra = total - self.reserved;
+        let mut g = self.store.lock();
+        let t = &mut g.tiers[self.tier];
+        if !t.fits(extra) {
+            return Err(FsError::no_space(format!(
+                "block {} grew past its reservation of {} bytes and tier {} is full",
+                self.id,
+                self.reserved,
+                t.tier.name()
+            )));
+        }
+        t.reserved += extra;
+        self.reserved = total;
+        Ok(())
+    }
+
+    /// Commit: check the length and CRC count, write the sidecar, rename staging ->
+    /// blocks and publish the block in the index and the pending report. Blocking.
+    pub fn commit(mut self, len: u64, crcs: Vec<u32>) -> FsResult<()> {
+        let store = self.store.clone();
+        let cs = store.conf.chunk_size;
+        let id = self.id;
+        let size = fs::metadata(&self.staging)
+            .map_err(|e| FsError::io_ctx(self.staging.display(), e))?
+            .len();
+        if size != len {
+            return Err(FsError::invalid(format!(
+                "block {id}: commit of {len} bytes but the staging file has {size}"
+            )));
+        }
+        if crcs.len() != chunk_count(len, cs) {
+            return Err(FsError::invalid(format!(
+                "block {id}: {} checksums for {len} bytes in chunks of {cs}",
+                crcs.len()
+            )));
+        }
+        self.ensure_reserved(len)?;
+        if store.conf.fsync {
+            if let Some(f) = &self.file {
+                f.sync_all()
+                    .map_err(|e| FsError::io_ctx(self.staging.display(), e))?;
+            }
+        }
+        let staging_sc = sidecar_of(&self.staging);
+        let sc = Sidecar {
+            chunk_size: cs,
+            len,
+            crcs,
+        };
+        write_file(&staging_sc, &sc.encode(), store.conf.fsync)?;
+        let (dst, tier_kind, over_high) = {
+            let mut g = store.lock();
+            if g.blocks.contains_key(&id) {
+                drop(g);
+                let _ = remove_quiet(&staging_sc);
+                return Err(FsError::exists(format!("block {id}")));
+            }
+            let dst = block_file(&g.tiers[self.tier].dir, id);
+            ensure_parent(&dst)?;
+            fs::rename(&staging_sc, sidecar_of(&dst))
+                .map_err(|e| FsError::io_ctx(sidecar_of(&dst).display(), e))?;
+            if let Err(e) = fs::rename(&self.staging, &dst) {
+                let _ = remove_quiet(&sidecar_of(&dst));
+                return Err(FsError::io_ctx(dst.display(), e));
+            }
+            g.tick += 1;
+            let tick = g.tick;
+            let t = &mut g.tiers[self.tier];
+            t.reserved = t.reserved.saturating_sub(self.reserved);
+            t.committed += len;
+            t.blocks += 1;
+            let tier_kind = t.tier;
+            let over_high = (t.used() as f64) > store.conf.high_watermark * t.capacity as f64;
+            g.blocks.insert(
+                id,
+                BlockMeta {
+                    tier: self.tier,
+                    len,
+                    chunk_size: cs,
+                    last_access: tick,
+                    moving: false,
+                },
+            );
+            g.note_added(id, len, tier_kind);
+            self.done = true;
+            (dst, tier_kind, over_high)
+        };
+        if store.conf.fsync {
+            if let Some(parent) = dst.parent() {
+                let _ = File::open(parent).and_then(|d| d.sync_all());
+            }
+        }
+        if over_high {
+            store.evict_wakeup.notify_one();
+        }
+        debug!(block = id, len, tier = tier_kind.name(), "block committed");
+        Ok(())
+    }
+}
+
+impl Drop for WriteHandle {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        self.file = None;
+        for p in [self.staging.clone(), sidecar_of(&self.staging)] {
+            if let Err(e) = remove_quiet(&p) {
+                warn!(path = %p.display(), error = %e, "cannot remove staging file");
+            }
+        }
+        self.store.release(self.tier, self.reserved);
+        debug!(block = self.id, "write aborted, staging removed");
+    }
+}
+
+pub(super) fn ensure_parent(p: &Path) -> FsResult<()> {
+    if let Some(parent) = p.parent() {
+        fs::create_dir_all(parent).map_err(|e| FsError::io_ctx(parent.display(), e))?;
+    }
+    Ok(())
+}
+
+pub(super) fn write_file(p: &Path, bytes: &[u8], sync: bool) -> FsResult<()> {
+    let mut f = File::create(p).map_err(|e| FsError::io_ctx(p.display(), e))?;
+    f.write_all(bytes)
+        .map_err(|e| FsError::io_ctx(p.display(), e))?;
+    if sync {
+        f.sync_all().map_err(|e| FsError::io_ctx(p.display(), e))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,178 @@
+//! Data-plane server: accepts framed TCP connections and runs one operation at a time
+//! per connection (see the protocol in `curvine.proto` above `enum DataOp`). Any error
+//! is answered with an ERROR frame and the connection is closed; the staging file and
+//! reservation of an unfinished write are released when its `WriteHandle` drops.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use curvine_common::frame::{error_header, read_frame, write_frame};
+use curvine_common::proto::{DataHeader, DataOp};
+use curvine_common::{FsError, FsResult};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+use super::block_store::BlockStore;
+use super::{read_path, write_path};
+
+/// Read buffer of the socket (headers and small frames; large payloads bypass it).
+const SOCKET_BUF: usize = 64 << 10;
+/// After an error reply, how long to drain what the client still sends so that the
+/// close does not reset the connection before the client read the error.
+const ERROR_LINGER: Duration = Duration::from_secs(2);
+/// Payload buffers a connection keeps in flight between the socket and the disk.
+pub(super) const MAX_BUFFERS: usize = 3;
+
+/// What every connection needs.
+pub struct DataCtx {
+    pub store: Arc<BlockStore>,
+    pub auth_token: String,
+    pub max_frame: usize,
+    pub chunk_size: u32,
+    /// `host:port` of this worker, for errors.
+    pub worker: String,
+}
+
+impl DataCtx {
+    pub(super) fn check_token(&self, h: &DataHeader, peer: SocketAddr) -> FsResult<()> {
+        if self.auth_token.is_empty() || h.token == self.auth_token {
+            return Ok(());
+        }
+        warn!(%peer, "data-plane request with a missing or wrong auth token");
+        Err(FsError::Unauthenticated {
+            message: "missing or wrong cluster auth token".into(),
+        })
+    }
+}
+
+/// One client connection: socket halves and reusable payload buffers.
+pub(super) struct Conn {
+    pub rd: BufReader<OwnedReadHalf>,
+    pub wr: OwnedWriteHalf,
+    pub peer: SocketAddr,
+    /// Receives frame payloads.
+    pub buf: BytesMut,
+    /// Spare payload buffers kept across operations.
+    pub spare: Vec<BytesMut>,
+}
+
+impl Conn {
+    pub async fn send(&mut self, h: &DataHeader, payload: &[u8]) -> FsResult<()> {
+        write_frame(&mut self.wr, h, payload).await
+    }
+}
+
+/// Accept connections until `cancel` fires; connection tasks go on `tracker`.
+pub async fn serve(
+    ctx: Arc<DataCtx>,
+    listener: TcpListener,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+) {
+    loop {
+        let accepted = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = listener.accept() => r,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let ctx = ctx.clone();
+                let cancel = cancel.clone();
+                tracker.spawn(async move {
+                    tokio::select! {
+                        _ = cancel.cancelled() => {}
+                        _ = handle_conn(ctx, stream, peer) => {}
+                    }
+                });
+            }
+            Err(e) => {
+                // e.g. EMFILE: back off briefly instead of spinning
+                warn!(error = %e, "accept failed");
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
+            }
+        }
+    }
+}
+
+async fn handle_conn(ctx: Arc<DataCtx>, stream: TcpStream, peer: SocketAddr) {
+    if let Err(e) = stream.set_nodelay(true) {
+        debug!(%peer, error = %e, "set TCP_NODELAY failed");
+    }
+    let (rd, wr) = stream.into_split();
+    let mut conn = Conn {
+        rd: BufReader::with_capacity(SOCKET_BUF, rd),
+        wr,
+        peer,
+        buf: BytesMut::new(),
+        spare: Vec::new(),
+    };
+    debug!(%peer, "data connection opened");
+    if let Err(e) = serve_conn(&ctx, &mut conn).await {
+        match e {
+            FsError::Io { .. } => debug!(%peer, error = %e, "data connection failed"),
+            _ => info!(%peer, error = %e, "data request failed"),
+        }
+        let _ = conn.send(&error_header(&e), &[]).await;
+        let _ = conn.wr.shutdown().await;
+        linger(&mut conn).await;
+    }
+    debug!(%peer, "data connection closed");
+}
+
+/// Discard input until the client closes (bounded in time) so it can read our error.
+async fn linger(conn: &mut Conn) {
+    let mut sink = [0u8; 8192];
+    let drain = async {
+        loop {
+            match conn.rd.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    };
+    let _ = tokio::time::timeout(ERROR_LINGER, drain).await;
+}
+
+async fn serve_conn(ctx: &DataCtx, conn: &mut Conn) -> FsResult<()> {
+    loop {
+        let Some(h) = read_frame(&mut conn.rd, &mut conn.buf, ctx.max_frame).await? else {
+            return Ok(());
+        };
+        match DataOp::try_from(h.op) {
+            Ok(DataOp::WriteOpen) => {
+                ctx.check_token(&h, conn.peer)?;
+                write_path::handle_write(ctx, conn, h).await?;
+            }
+            Ok(DataOp::ReadOpen) => {
+                ctx.check_token(&h, conn.peer)?;
+                read_path::handle_read(ctx, conn, h).await?;
+            }
+            // nothing in progress: a late cancel or abort is harmless
+            Ok(DataOp::ReadCancel) | Ok(DataOp::WriteAbort) => {}
+            _ => {
+                return Err(FsError::protocol(format!(
+                    "unexpected data op {} on an idle connection",
+                    h.op
+                )))
+            }
+        }
+    }
+}
+
+/// A payload buffer kept from an earlier operation on this connection, if any.
+pub(super) fn take_spare(conn: &mut Conn) -> Option<BytesMut> {
+    conn.spare.pop()
+}
+
+pub(super) fn join_err(e: tokio::task::JoinError) -> FsError {
+    FsError::internal(format!("worker task failed: {e}"))
+}

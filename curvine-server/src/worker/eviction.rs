@@ -1,0 +1,217 @@
+//! Eviction: least-recently-used committed blocks move down one tier (MEM -> SSD -> HDD)
+//! when a tier passes its high watermark (background task) or when a reservation does
+//! not fit (synchronously, in the caller's blocking thread). The last tier never evicts:
+//! blocks cannot be rebuilt yet, so when every tier is full a write gets NoSpace.
+//!
+//! A move copies block + sidecar into the next tier's staging dir, then, under the index
+//! lock, renames them into that tier's `blocks/` and repoints the index; the source is
+//! deleted afterwards. Readers that already opened the old file keep reading it.
+
+use std::fs;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::block_store::{ensure_parent, BlockStore};
+use super::layout::{block_file, remove_quiet, sidecar_of, STAGING_DIR};
+
+/// How often the background task checks the watermarks without being woken.
+const EVICT_POLL: Duration = Duration::from_secs(1);
+
+impl BlockStore {
+    /// Reserve `n` bytes in tier `idx`, demoting LRU blocks out of it if needed.
+    pub(super) fn reserve_in(&self, idx: usize, n: u64) -> bool {
+        loop {
+            let victim = {
+                let mut g = self.lock();
+                let last = idx + 1 == g.tiers.len();
+                let t = &mut g.tiers[idx];
+                if t.fits(n) {
+                    t.reserved += n;
+                    return true;
+                }
+                if last || n > t.capacity {
+                    return false;
+                }
+                match pick_victim(&mut g, idx) {
+                    Some(v) => v,
+                    None => return false,
+                }
+            };
+            if !self.demote(victim, idx) {
+                return false;
+            }
+        }
+    }
+
+    /// Move block `id` (already marked `moving`) from tier `from` to `from + 1`.
+    /// Returns false (and clears the mark) if it could not be moved.
+    fn demote(&self, id: u64, from: usize) -> bool {
+        let len = self.lock().blocks.get(&id).map(|m| m.len).unwrap_or(0);
+        let to = from + 1;
+        if !self.reserve_in(to, len) {
+            self.unmark(id);
+            return false;
+        }
+        match self.copy_and_switch(id, from, to, len) {
+            Ok(true) => true,
+            Ok(false) => {
+                // deleted while moving: the space it held is already free
+                self.release(to, len);
+                true
+            }
+            Err(e) => {
+                warn!(block = id, error = %e, "demoting block failed");
+                self.release(to, len);
+                self.unmark(id);
+                false
+            }
+        }
+    }
+
+    fn unmark(&self, id: u64) {
+        if let Some(m) = self.lock().blocks.get_mut(&id) {
+            m.moving = false;
+        }
+    }
+
+    /// Ok(false) = the block was deleted meanwhile (nothing left behind).
+    fn copy_and_switch(&self, id: u64, from: usize, to: usize, len: u64) -> std::io::Result<bool> {
+        let (src, dst_dir) = {
+            let g = self.lock();
+            (block_file(&g.tiers[from].dir, id), g.tiers[to].dir.clone())
+        };
+        let tmp = dst_dir.join(STAGING_DIR).join(format!("{id}.move"));
+        let tmp_sc = sidecar_of(&tmp);
+        let copied = fs::copy(&src, &tmp).and_then(|_| fs::copy(sidecar_of(&src), &tmp_sc));
+        if let Err(e) = copied {
+            let _ = remove_quiet(&tmp);
+            let _ = remove_quiet(&tmp_sc);
+            if !self.lock().blocks.contains_key(&id) {
+                return Ok(false);
+            }
+            return Err(e);
+        }
+        if self.conf.fsync {
+            for p in [&tmp, &tmp_sc] {
+                fs::File::open(p)?.sync_all()?;
+            }
+        }
+        let dst = block_file(&dst_dir, id);
+        ensure_parent(&dst).map_err(|e| std::io::Error::other(e.to_string()))?;
+        {
+            let mut g = self.lock();
+            let still_here = g
+                .blocks
+                .get(&id)
+                .is_some_and(|m| m.moving && m.tier == from);
+            if !still_here {
+                drop(g);
+                let _ = remove_quiet(&tmp);
+                let _ = remove_quiet(&tmp_sc);
+                return Ok(false);
+            }
+            fs::rename(&tmp_sc, sidecar_of(&dst))?;
+            fs::rename(&tmp, &dst)?;
+            let tier_kind = g.tiers[to].tier;
+            if let Some(m) = g.blocks.get_mut(&id) {
+                m.tier = to;
+                m.moving = false;
+            }
+            let f = &mut g.tiers[from];
+            f.committed = f.committed.saturating_sub(len);
+            f.blocks = f.blocks.saturating_sub(1);
+            let t = &mut g.tiers[to];
+            t.reserved = t.reserved.saturating_sub(len);
+            t.committed += len;
+            t.blocks += 1;
+            g.note_added(id, len, tier_kind);
+        }
+        for p in [sidecar_of(&src), src] {
+            if let Err(e) = remove_quiet(&p) {
+                warn!(path = %p.display(), error = %e, "cannot remove demoted block");
+            }
+        }
+        debug!(block = id, from, to, "block demoted");
+        Ok(true)
+    }
+
+    /// One pass: bring every tier above its high watermark below its low watermark.
+    /// Returns the number of blocks moved.
+    pub fn evict_once(&self) -> usize {
+        let n_tiers = self.lock().tiers.len();
+        let mut moved = 0;
+        for idx in 0..n_tiers.saturating_sub(1) {
+            let (used, cap) = {
+                let g = self.lock();
+                (g.tiers[idx].used(), g.tiers[idx].capacity)
+            };
+            if (used as f64) <= self.conf.high_watermark * cap as f64 {
+                continue;
+            }
+            // LRU order computed once per pass; entries that changed meanwhile are skipped
+            let mut candidates: Vec<(u64, u64)> = {
+                let g = self.lock();
+                g.blocks
+                    .iter()
+                    .filter(|(_, m)| m.tier == idx && !m.moving)
+                    .map(|(id, m)| (m.last_access, *id))
+                    .collect()
+            };
+            candidates.sort_unstable();
+            for (_, id) in candidates {
+                {
+                    let mut g = self.lock();
+                    let t = &g.tiers[idx];
+                    if (t.used() as f64) < self.conf.low_watermark * t.capacity as f64 {
+                        break;
+                    }
+                    match g.blocks.get_mut(&id) {
+                        Some(m) if m.tier == idx && !m.moving => m.moving = true,
+                        _ => continue,
+                    }
+                }
+                if !self.demote(id, idx) {
+                    break;
+                }
+                moved += 1;
+            }
+        }
+        if moved > 0 {
+            info!(moved, "eviction pass demoted blocks");
+        }
+        moved
+    }
+}
+
+/// The least recently used committed block of tier `idx` that is not already moving;
+/// marks it moving.
+fn pick_victim(g: &mut super::block_store::Inner, idx: usize) -> Option<u64> {
+    let id = g
+        .blocks
+        .iter()
+        .filter(|(_, m)| m.tier == idx && !m.moving)
+        .min_by_key(|(_, m)| m.last_access)
+        .map(|(id, _)| *id)?;
+    if let Some(m) = g.blocks.get_mut(&id) {
+        m.moving = true;
+    }
+    Some(id)
+}
+
+/// Background eviction: runs a pass when woken after a commit, or every second.
+pub async fn run_evictor(store: Arc<BlockStore>, cancel: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = store.evict_wakeup.notified() => {}
+            _ = tokio::time::sleep(EVICT_POLL) => {}
+        }
+        let s = store.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || s.evict_once()).await {
+            warn!(error = %e, "eviction pass panicked");
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Registration and heartbeats: the worker registers with a full block report (retrying
+//! until the master answers), then heartbeats every `worker.heartbeat_interval` with its
+//! tier reports and the blocks committed/removed since the last delivered heartbeat.
+//! It re-registers when the master says it does not know the worker, or after the
+//! master was unreachable (it may have restarted). Blocks the master lists in
+//! `delete_blocks` are deleted and reported as removed in the next heartbeat.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use curvine_common::proto::master_service_client::MasterServiceClient;
+use curvine_common::proto::{HeartbeatRequest, RegisterRequest, WorkerAddress};
+use curvine_common::{FsError, FsResult};
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Channel, Endpoint};
+use tracing::{debug, info, warn};
+
+use super::block_store::BlockStore;
+use super::layout;
+
+/// gRPC metadata key carrying `cluster.auth_token` on worker -> master calls (also sent
+/// as `authorization: Bearer <token>`, like the client does).
+pub const AUTH_METADATA_KEY: &str = "x-curvine-token";
+
+/// Longest wait between attempts to reach the master.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(1);
+
+pub struct HeartbeatConf {
+    pub master_addr: String,
+    pub address: WorkerAddress,
+    pub interval: Duration,
+    pub rpc_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub auth_token: String,
+}
+
+struct Session {
+    conf: HeartbeatConf,
+    store: Arc<BlockStore>,
+    client: Option<MasterServiceClient<Channel>>,
+    worker_id: u32,
+    cluster_id: String,
+}
+
+/// Run until `cancel` fires.
+pub async fn run_heartbeat(conf: HeartbeatConf, store: Arc<BlockStore>, cancel: CancellationToken) {
+    let dirs = store.dirs();
+    let mut s = Session {
+        worker_id: layout::read_worker_id(&dirs),
+        cluster_id: layout::read_cluster_id(&dirs),
+        conf,
+        store,
+        client: None,
+    };
+    let mut registered = false;
+    let retry_wait = s.conf.interval.min(MAX_RETRY_WAIT);
+    loop {
+        let wait = if !registered {
+            match s.register().await {
+                Ok(()) => {
+                    registered = true;
+                    s.conf.interval
+                }
+                Err(e) => {
+                    warn!(master = %s.conf.master_addr, error = %e, "register with the master failed, retrying");
+                    s.client = None;
+                    retry_wait
+                }
+            }
+        } else {
+            match s.heartbeat().await {
+                Ok(true) => s.conf.interval,
+                Ok(false) => {
+                    info!(
+                        worker_id = s.worker_id,
+                        "master asked this worker to re-register"
+                    );
+                    registered = false;
+                    continue;
+                }
+                Err(e) => {
+                    warn!(master = %s.conf.master_addr, error = %e, "heartbeat failed; will re-register");
+                    s.client = None;
+                    registered = false;
+                    retry_wait
+                }
+            }
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+impl Session {
+    async fn client(&mut self) -> FsResult<MasterServiceClient<Channel>> {
+        if let Some(c) = &self.client {
+            return Ok(c.clone());
+        }
+        let ep = Endpoint::from_shared(format!("http://{}", self.conf.master_addr))
+            .map_err(|e| FsError::config(format!("master address {}: {e}", self.conf.master_addr)))?
+            .connect_timeout(self.conf.connect_timeout)
+            .timeout(self.conf.rpc_timeout);
+        let ch = ep.connect().await?;
+        let c = MasterServiceClient::new(ch);
+        self.client = Some(c.clone());
+        Ok(c)
+    }
+
+    fn request<T>(&self, msg: T) -> FsResult<tonic::Request<T>> {
+        let mut req = tonic::Request::new(msg);
+        if !self.conf.auth_token.is_empty() {
+            let v =
+                self.conf.auth_token.parse().map_err(|_| {
+                    FsError::config("cluster.auth_token is not valid ASCII metadata")
+                })?;
+            let bearer = format!("Bearer {}", self.conf.auth_token)
+                .parse()
+                .map_err(|_| FsError::config("cluster.auth_token is not valid ASCII metadata"))?;
+            req.metadata_mut().insert(AUTH_METADATA_KEY, v);
+            req.metadata_mut().insert("authorization", bearer);
+        }
+        Ok(req)
+    }
+
+    async fn register(&mut self) -> FsResult<()> {
+        let mut client = self.client().await?;
+        // Drain the incremental report first: everything committed before this point is
+        // in the full report; later commits stay pending for the next heartbeat.
+        let (added, removed) = self.store.take_pending();
+        let req = RegisterRequest {
+            worker_id: self.worker_id,
+            address: Some(self.conf.address.clone()),
+            tiers: self.store.tier_reports(),
+            blocks: self.store.full_report(),
+            cluster_id: self.cluster_id.clone(),
+        };
+        let nblocks = req.blocks.len();
+        let resp = match client.register_worker(self.request(req)?).await {
+            Ok(r) => r.into_inner(),
+            Err(e) => {
+                self.store.restore_pending(added, removed);
+                return Err(e.into());
+            }
+        };
+        if resp.worker_id != self.worker_id || resp.cluster_id != self.cluster_id {
+            let store = self.store.clone();
+            let (id, cid) = (resp.worker_id, resp.cluster_id.clone());
+            let dirs = store.dirs();
+            tokio::task::spawn_blocking(move || layout::write_ids(&dirs, id, &cid))
+                .await
+                .map_err(|e| FsError::internal(e.to_string()))??;
+        }
+        self.worker_id = resp.worker_id;
+        self.cluster_id = resp.cluster_id;
+        info!(worker_id = self.worker_id, blocks = nblocks, master = %self.conf.master_addr,
+            "registered with the master");
+        Ok(())
+    }
+
+    /// Ok(false) = the master wants a re-registration.
+    async fn heartbeat(&mut self) -> FsResult<bool> {
+        let mut client = self.client().await?;
+        let (added, removed) = self.store.take_pending();
+        let req = HeartbeatRequest {
+            worker_id: self.worker_id,
+            tiers: self.store.tier_reports(),
+            added: added.clone(),
+            removed: removed.clone(),
+        };
+        let resp = match client.heartbeat(self.request(req)?).await {
+            Ok(r) => r.into_inner(),
+            Err(e) => {
+                self.store.restore_pending(added, removed);
+                return Err(e.into());
+            }
+        };
+        if resp.reregister {
+            // the full report at registration supersedes what was just sent
+            return Ok(false);
+        }
+        if !resp.delete_blocks.is_empty() {
+            let store = self.store.clone();
+            let ids = resp.delete_blocks;
+            let n = ids.len();
+            let deleted = tokio::task::spawn_blocking(move || {
+                ids.into_iter().filter(|id| store.delete(*id)).count()
+            })
+            .await
+            .map_err(|e| FsError::internal(e.to_string()))?;
+            info!(
+                requested = n,
+                deleted, "deleted blocks on the master's request"
+            );
+        }
+        debug!(
+            added = added.len(),
+            removed = removed.len(),
+            "heartbeat sent"
+        );
+        Ok(true)
+    }
+}

@@ -1,0 +1,106 @@
+//! Worker: tiered block store, data-plane server, registration and heartbeats.
+//!
+//! - `layout`: the on-disk layout of a tier dir (block files, CRC sidecars, ids);
+//!   `layout::block_path(tier_dirs, block_id)` finds a committed block on disk.
+//! - `tiers`: preparing tier dirs, capacity (statvfs), per-tier accounting.
+//! - `block_store`: block index, reservations, commit, delete, block reports.
+//! - `eviction`: LRU demotion to the next slower tier.
+//! - `data_server`, `write_path`, `read_path`: the framed TCP data plane.
+//! - `heartbeat`: registration and heartbeats with the master.
+
+pub mod block_store;
+pub mod data_server;
+pub mod eviction;
+pub mod heartbeat;
+pub mod layout;
+mod read_path;
+pub mod tiers;
+mod write_path;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use curvine_common::proto::WorkerAddress;
+use curvine_common::{ClusterConf, FsError, FsResult};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::info;
+
+pub use block_store::{BlockStore, StoreConf};
+pub use layout::block_path;
+
+/// Open the block store described by `conf` (prepares dirs, clears staging, rebuilds
+/// the index). Blocking.
+pub fn open_store(conf: &ClusterConf, worker: String) -> FsResult<Arc<BlockStore>> {
+    let w = &conf.worker;
+    let chunk_size = u32::try_from(w.chunk_size.as_u64())
+        .map_err(|_| FsError::config("worker.chunk_size too large"))?;
+    BlockStore::open(
+        &conf.tier_dirs()?,
+        StoreConf {
+            chunk_size,
+            fsync: w.fsync == curvine_common::conf::FsyncPolicy::OnCommit,
+            default_reserve: conf.master.block_size.as_u64(),
+            high_watermark: w.high_watermark,
+            low_watermark: w.low_watermark,
+            worker,
+        },
+    )
+}
+
+/// Serve the data plane on `listener` and report to the master until `cancel` fires.
+pub async fn run(
+    conf: ClusterConf,
+    listener: TcpListener,
+    cancel: CancellationToken,
+) -> FsResult<()> {
+    let port = listener
+        .local_addr()
+        .map_err(|e| FsError::io_ctx("worker listener address", e))?
+        .port();
+    let worker = format!("{}:{port}", conf.worker.hostname);
+    let store = {
+        let conf = conf.clone();
+        let worker = worker.clone();
+        tokio::task::spawn_blocking(move || open_store(&conf, worker))
+            .await
+            .map_err(|e| FsError::internal(format!("open block store: {e}")))??
+    };
+    let ctx = Arc::new(data_server::DataCtx {
+        store: store.clone(),
+        auth_token: conf.cluster.auth_token.clone(),
+        max_frame: conf.worker.max_frame_size.as_usize(),
+        chunk_size: store.conf().chunk_size,
+        worker: worker.clone(),
+    });
+    let hb = heartbeat::HeartbeatConf {
+        master_addr: conf.master_addr(),
+        address: WorkerAddress {
+            worker_id: 0,
+            host: conf.worker.hostname.clone(),
+            data_port: u32::from(port),
+        },
+        interval: conf.worker.heartbeat_interval.get(),
+        rpc_timeout: conf.client.rpc_timeout.get(),
+        connect_timeout: conf.client.connect_timeout.get(),
+        auth_token: conf.cluster.auth_token.clone(),
+    };
+    info!(%worker, master = %conf.master_addr(), "worker starting");
+    let tracker = TaskTracker::new();
+    tracker.spawn(data_server::serve(
+        ctx,
+        listener,
+        cancel.clone(),
+        tracker.clone(),
+    ));
+    tracker.spawn(heartbeat::run_heartbeat(hb, store.clone(), cancel.clone()));
+    tracker.spawn(eviction::run_evictor(store, cancel.clone()));
+    cancel.cancelled().await;
+    tracker.close();
+    tracker.wait().await;
+    info!(%worker, "worker stopped");
+    Ok(())
+}

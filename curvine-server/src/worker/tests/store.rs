@@ -1,0 +1,161 @@
+//! Block store: index rebuild at start, invalid blocks discarded, eviction, delete.
+
+use curvine_common::checksum::chunk_crcs;
+use curvine_common::proto::StorageTier;
+use std::os::unix::fs::FileExt;
+
+use super::*;
+use crate::worker::{block_path, open_store};
+
+/// Write and commit a block straight through the store API.
+fn put(store: &Arc<BlockStore>, id: u64, data: &[u8]) -> StorageTier {
+    let h = store
+        .begin_write(id, StorageTier::Unspecified, data.len() as u64)
+        .unwrap();
+    let tier = h.tier();
+    h.clone_file().unwrap().write_all_at(data, 0).unwrap();
+    h.commit(data.len() as u64, chunk_crcs(data, CS)).unwrap();
+    tier
+}
+
+fn dirs(conf: &ClusterConf) -> Vec<curvine_common::conf::TierDir> {
+    conf.tier_dirs().unwrap()
+}
+
+#[test]
+fn index_is_rebuilt_at_start_and_staging_cleared() {
+    let tmp = tempfile::tempdir().unwrap();
+    let conf = conf_with(tmp.path(), &["MEM:1MB", "SSD:1MB"]);
+    {
+        let store = open_store(&conf, "w".into()).unwrap();
+        put(&store, 1, &pattern(CS + 1, 1));
+        put(&store, 2, &pattern(0, 2));
+        put(&store, 0x1_0000_0003, &pattern(3 * CS, 3));
+        // an unfinished write at "crash" time
+        let h = store.begin_write(4, StorageTier::Mem, 100).unwrap();
+        std::mem::forget(h);
+    }
+    assert!(!staging_empty(tmp.path()));
+    let store = open_store(&conf, "w".into()).unwrap();
+    assert!(staging_empty(tmp.path()));
+    assert_eq!(store.block_info(1), Some((CS as u64 + 1, StorageTier::Mem)));
+    assert_eq!(store.block_info(2), Some((0, StorageTier::Mem)));
+    assert_eq!(
+        store.block_info(0x1_0000_0003),
+        Some((3 * CS as u64, StorageTier::Mem))
+    );
+    assert!(store.block_info(4).is_none());
+    let g = store.lock();
+    assert_eq!(g.tiers[0].used(), 4 * CS as u64 + 1);
+    assert_eq!(g.tiers[0].blocks, 3);
+    drop(g);
+    let r = store.open_read(0x1_0000_0003).unwrap();
+    assert_eq!(r.crcs, chunk_crcs(&pattern(3 * CS, 3), CS));
+    let mut full = store.full_report();
+    full.sort_by_key(|b| b.block_id);
+    assert_eq!(full.len(), 3);
+}
+
+#[test]
+fn blocks_with_missing_or_bad_sidecars_are_discarded_at_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let conf = conf_with(tmp.path(), &["MEM:1MB"]);
+    {
+        let store = open_store(&conf, "w".into()).unwrap();
+        for id in 1..=3 {
+            put(&store, id, &pattern(2 * CS, id as u8));
+        }
+    }
+    let (b1, s1) = block_path(&dirs(&conf), 1).unwrap();
+    std::fs::remove_file(&s1).unwrap();
+    let (b2, _) = block_path(&dirs(&conf), 2).unwrap();
+    // the data file no longer matches the sidecar's length / chunk count
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&b2)
+        .unwrap()
+        .write_all_at(&[0u8; 5000], 0)
+        .unwrap();
+    let store = open_store(&conf, "w".into()).unwrap();
+    assert!(store.block_info(1).is_none());
+    assert!(store.block_info(2).is_none());
+    assert!(store.block_info(3).is_some());
+    assert!(!b1.exists() && !b2.exists());
+    assert_eq!(store.lock().tiers[0].used(), 2 * CS as u64);
+}
+
+#[test]
+fn background_eviction_brings_a_tier_below_its_low_watermark() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut conf = conf_with(tmp.path(), &["MEM:100KB", "SSD:1MB"]);
+    conf.worker.high_watermark = 0.8;
+    conf.worker.low_watermark = 0.5;
+    let store = open_store(&conf, "w".into()).unwrap();
+    for id in 1..=9u64 {
+        assert_eq!(
+            put(&store, id, &pattern(10 * 1024, id as u8)),
+            StorageTier::Mem
+        );
+    }
+    // touch the oldest so it survives
+    store.open_read(1).unwrap();
+    let moved = store.evict_once();
+    assert_eq!(moved, 5); // 90KB -> below 50KB
+    let g = store.lock();
+    assert!((g.tiers[0].used() as f64) < 0.5 * g.tiers[0].capacity as f64);
+    assert_eq!(g.tiers[0].blocks + g.tiers[1].blocks, 9);
+    assert_eq!(g.tiers[1].used(), 50 * 1024);
+    drop(g);
+    assert_eq!(store.block_info(1).unwrap().1, StorageTier::Mem);
+    for id in 2..=6u64 {
+        assert_eq!(
+            store.block_info(id).unwrap().1,
+            StorageTier::Ssd,
+            "block {id}"
+        );
+        let r = store.open_read(id).unwrap();
+        let mut buf = vec![0u8; 10 * 1024];
+        r.file.read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(buf, pattern(10 * 1024, id as u8));
+        assert!(r.path.starts_with(tmp.path().join("t1")));
+    }
+    assert!(staging_empty(tmp.path()));
+    // below the high watermark nothing moves
+    assert_eq!(store.evict_once(), 0);
+}
+
+#[test]
+fn delete_frees_space_and_is_reported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let conf = conf_with(tmp.path(), &["MEM:1MB"]);
+    let store = open_store(&conf, "w".into()).unwrap();
+    put(&store, 8, &pattern(CS, 8));
+    let (path, sc) = block_path(&dirs(&conf), 8).unwrap();
+    let (added, removed) = store.take_pending();
+    assert_eq!(added.len(), 1);
+    assert!(removed.is_empty());
+    assert!(store.delete(8));
+    assert!(!store.delete(8));
+    assert!(!path.exists() && !sc.exists());
+    assert_eq!(store.lock().tiers[0].used(), 0);
+    let (added, removed) = store.take_pending();
+    assert!(added.is_empty());
+    assert_eq!(removed, vec![8]);
+    // undelivered reports go back unless superseded
+    store.restore_pending(vec![], vec![8]);
+    put(&store, 8, &pattern(CS, 9));
+    let (added, removed) = store.take_pending();
+    assert_eq!(added.len(), 1);
+    assert!(removed.is_empty());
+}
+
+#[test]
+fn bad_data_dir_entry_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("plainfile");
+    std::fs::write(&file, b"x").unwrap();
+    let mut conf = ClusterConf::default();
+    conf.worker.data_dir = vec![format!("[MEM:1MB]{}", file.display())];
+    let e = open_store(&conf, "w".into()).unwrap_err();
+    assert!(e.to_string().contains("plainfile"), "{e}");
+}

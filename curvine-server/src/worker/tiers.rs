@@ -1,0 +1,123 @@
+//! Tier directories: preparing them at start, their capacity, and per-tier accounting.
+
+use std::fs;
+use std::path::Path;
+
+use curvine_common::conf::TierDir;
+use curvine_common::proto::{StorageTier, TierReport};
+use curvine_common::{FsError, FsResult};
+
+use super::layout::{remove_quiet, BLOCKS_DIR, STAGING_DIR};
+
+/// One tier directory and its space accounting (bytes).
+#[derive(Debug, Clone)]
+pub struct Tier {
+    pub tier: StorageTier,
+    pub dir: std::path::PathBuf,
+    pub capacity: u64,
+    /// Bytes of committed blocks.
+    pub committed: u64,
+    /// Bytes reserved by writes and moves in progress.
+    pub reserved: u64,
+    pub blocks: u64,
+}
+
+impl Tier {
+    pub fn used(&self) -> u64 {
+        self.committed + self.reserved
+    }
+
+    pub fn fits(&self, n: u64) -> bool {
+        self.used().saturating_add(n) <= self.capacity
+    }
+
+    pub fn report(&self) -> TierReport {
+        TierReport {
+            tier: self.tier as i32,
+            capacity: self.capacity,
+            used: self.used(),
+            blocks: self.blocks,
+            dir: self.dir.display().to_string(),
+        }
+    }
+}
+
+/// Create `staging/` and `blocks/` under `td`, check the directory is writable and clear
+/// aborted writes from `staging/`. Errors name the `worker.data_dir` entry.
+pub fn prepare_dir(td: &TierDir) -> FsResult<()> {
+    let entry = format!("[{}]{}", td.tier.name(), td.path.display());
+    let bad = |what: &str, e: std::io::Error| {
+        FsError::config(format!("worker.data_dir entry {entry}: {what}: {e}"))
+    };
+    let staging = td.path.join(STAGING_DIR);
+    fs::create_dir_all(&staging).map_err(|e| bad("create staging dir", e))?;
+    fs::create_dir_all(td.path.join(BLOCKS_DIR)).map_err(|e| bad("create blocks dir", e))?;
+    let probe = td.path.join(".write-probe");
+    fs::write(&probe, b"ok").map_err(|e| bad("directory is not writable", e))?;
+    remove_quiet(&probe).map_err(|e| bad("remove write probe", e))?;
+    let entries = fs::read_dir(&staging).map_err(|e| bad("list staging dir", e))?;
+    for ent in entries.flatten() {
+        let p = ent.path();
+        let r = if p.is_dir() {
+            fs::remove_dir_all(&p)
+        } else {
+            remove_quiet(&p)
+        };
+        r.map_err(|e| bad("clear staging dir", e))?;
+    }
+    Ok(())
+}
+
+/// Free bytes available to unprivileged users on the file system holding `path`.
+// the statvfs field types differ between platforms, hence the casts
+#[allow(unsafe_code, clippy::unnecessary_cast)]
+pub fn fs_free_bytes(path: &Path) -> FsResult<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| FsError::config(format!("{}: path contains NUL", path.display())))?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `c` is a valid NUL-terminated string and `st` points to writable memory of
+    // the right type; statvfs only writes into it.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(FsError::io_ctx(
+            format!("statvfs {}", path.display()),
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: statvfs returned 0, so it filled the struct.
+    let st = unsafe { st.assume_init() };
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prepare_clears_staging_and_reports_bad_entries() {
+        let tmp = tempfile::tempdir().unwrap();
+        let td = TierDir {
+            tier: StorageTier::Mem,
+            capacity: Some(1 << 20),
+            path: tmp.path().join("t"),
+        };
+        prepare_dir(&td).unwrap();
+        let leftover = td.path.join(STAGING_DIR).join("5.1");
+        fs::write(&leftover, b"partial").unwrap();
+        prepare_dir(&td).unwrap();
+        assert!(!leftover.exists());
+        assert!(fs_free_bytes(&td.path).unwrap() > 0);
+
+        // a regular file where the directory should be
+        let file = tmp.path().join("file");
+        fs::write(&file, b"x").unwrap();
+        let td = TierDir {
+            tier: StorageTier::Ssd,
+            capacity: None,
+            path: file.clone(),
+        };
+        let e = prepare_dir(&td).unwrap_err().to_string();
+        assert!(e.contains(&file.display().to_string()), "{e}");
+    }
+}
