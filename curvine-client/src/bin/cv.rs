@@ -1,0 +1,584 @@
+//! `cv`: command-line access to a Curvine cluster (`cv fs ...`, `cv report`).
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use curvine_client::{ClusterConf, CurvineFs, FileStatus, FileType, FsError, SetAttr, StorageTier};
+use curvine_common::conf::CONF_ENV;
+
+#[derive(Parser)]
+#[command(name = "cv", about = "Curvine command-line client", version)]
+struct Cli {
+    /// Cluster configuration file (default: $CURVINE_CONF_FILE, else
+    /// ./conf/curvine-cluster.toml if present, else built-in defaults).
+    #[arg(long, global = true, value_name = "FILE")]
+    conf: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// File system commands.
+    #[command(subcommand)]
+    Fs(FsCmd),
+    /// Cluster capacity and usage per worker and tier.
+    Report,
+}
+
+#[derive(Subcommand)]
+enum FsCmd {
+    /// List a directory (or show a file).
+    Ls {
+        /// Long format: mode, links, owner, size, mtime.
+        #[arg(short = 'l')]
+        long: bool,
+        path: String,
+    },
+    /// Create a directory.
+    Mkdir {
+        /// Create missing parents; no error if it exists.
+        #[arg(short = 'p')]
+        parents: bool,
+        path: String,
+    },
+    /// Copy a local file into Curvine.
+    Put {
+        /// Overwrite an existing file.
+        #[arg(short = 'f')]
+        force: bool,
+        local: PathBuf,
+        remote: String,
+    },
+    /// Copy a Curvine file to the local file system.
+    Get { remote: String, local: PathBuf },
+    /// Print a file to standard output.
+    Cat { path: String },
+    /// Remove a file or directory.
+    Rm {
+        /// Remove directories and their contents.
+        #[arg(short = 'r')]
+        recursive: bool,
+        path: String,
+    },
+    /// Rename or move.
+    Mv { src: String, dst: String },
+    /// Show a path's status.
+    Stat { path: String },
+    /// Space used in bytes (recursive).
+    Du {
+        /// Only the total for PATH.
+        #[arg(short = 's')]
+        summary: bool,
+        path: String,
+    },
+    /// Cluster capacity, used and free space.
+    Df,
+    /// Create an empty file, or update the modification time of an existing one.
+    Touch { path: String },
+    /// Change permission bits (octal MODE, e.g. 755).
+    Chmod { mode: String, path: String },
+    /// Create a hard link, or with -s a symbolic link.
+    Ln {
+        #[arg(short = 's')]
+        symbolic: bool,
+        target: String,
+        link: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cv: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // one line: the outermost context plus the root cause
+            let root = e.root_cause().to_string();
+            let top = e.to_string();
+            if top == root {
+                eprintln!("cv: {top}");
+            } else {
+                eprintln!("cv: {top}: {root}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_conf(arg: Option<&Path>) -> anyhow::Result<ClusterConf> {
+    if let Some(p) = arg {
+        return Ok(ClusterConf::load(p)?);
+    }
+    if let Some(p) = std::env::var_os(CONF_ENV) {
+        return Ok(ClusterConf::load(Path::new(&p))?);
+    }
+    let local = Path::new("conf/curvine-cluster.toml");
+    if local.exists() {
+        return Ok(ClusterConf::load(local)?);
+    }
+    Ok(ClusterConf::default())
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let conf = load_conf(cli.conf.as_deref())?;
+    let fs = CurvineFs::connect(conf).await?;
+    match cli.cmd {
+        Cmd::Report => report(&fs).await,
+        Cmd::Fs(cmd) => fs_cmd(&fs, cmd).await,
+    }
+}
+
+async fn fs_cmd(fs: &CurvineFs, cmd: FsCmd) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match cmd {
+        FsCmd::Ls { long, path } => {
+            let st = fs.lstat(&path).await?;
+            let entries = if st.file_type == FileType::Dir as i32 {
+                fs.list(&path).await?
+            } else {
+                vec![st]
+            };
+            for e in &entries {
+                if long {
+                    writeln!(out, "{}", long_line(e))?;
+                } else {
+                    writeln!(out, "{}", e.name)?;
+                }
+            }
+        }
+        FsCmd::Mkdir { parents, path } => {
+            fs.mkdir(&path, parents).await?;
+        }
+        FsCmd::Put {
+            force,
+            local,
+            remote,
+        } => {
+            let mut src =
+                std::fs::File::open(&local).with_context(|| format!("open {}", local.display()))?;
+            let remote = into_dir(fs, &remote, &local).await?;
+            let mut w = fs.create(&remote, force).await?;
+            let mut buf = vec![0u8; 4 << 20];
+            loop {
+                let n = src
+                    .read(&mut buf)
+                    .with_context(|| format!("read {}", local.display()))?;
+                if n == 0 {
+                    break;
+                }
+                w.write(&buf[..n]).await?;
+            }
+            w.close().await?;
+        }
+        FsCmd::Get { remote, local } => {
+            let mut r = fs.open(&remote).await?;
+            let local = if local.is_dir() {
+                local.join(base_name(&remote))
+            } else {
+                local
+            };
+            let mut dst = std::fs::File::create(&local)
+                .with_context(|| format!("create {}", local.display()))?;
+            let mut buf = vec![0u8; 4 << 20];
+            loop {
+                let n = r.read_full(&mut buf).await?;
+                if n == 0 {
+                    break;
+                }
+                dst.write_all(&buf[..n])
+                    .with_context(|| format!("write {}", local.display()))?;
+            }
+        }
+        FsCmd::Cat { path } => {
+            let mut r = fs.open(&path).await?;
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                let n = r.read(&mut buf).await?;
+                if n == 0 {
+                    break;
+                }
+                out.write_all(&buf[..n])?;
+            }
+        }
+        FsCmd::Rm { recursive, path } => fs.delete(&path, recursive).await?,
+        FsCmd::Mv { src, dst } => fs.rename(&src, &dst).await?,
+        FsCmd::Stat { path } => {
+            let s = fs.lstat(&path).await?;
+            writeln!(out, "{}", stat_text(&s))?;
+        }
+        FsCmd::Du { summary, path } => {
+            let st = fs.lstat(&path).await?;
+            if summary || st.file_type != FileType::Dir as i32 {
+                writeln!(out, "{}\t{}", du(fs, &st).await?, st.path)?;
+            } else {
+                for e in fs.list(&path).await? {
+                    writeln!(out, "{}\t{}", du(fs, &e).await?, e.path)?;
+                }
+            }
+        }
+        FsCmd::Df => {
+            let r = fs.report().await?;
+            let free = r.capacity.saturating_sub(r.used);
+            writeln!(
+                out,
+                "{:>12} {:>12} {:>12} {:>5}",
+                "Capacity", "Used", "Free", "Use%"
+            )?;
+            writeln!(
+                out,
+                "{:>12} {:>12} {:>12} {:>5}",
+                human(r.capacity),
+                human(r.used),
+                human(free),
+                percent(r.used, r.capacity)
+            )?;
+        }
+        FsCmd::Touch { path } => match fs.stat(&path).await {
+            Ok(_) => {
+                let now = curvine_common::types::now_ms();
+                let attr = SetAttr {
+                    mtime_ms: Some(now),
+                    atime_ms: Some(now),
+                    ..Default::default()
+                };
+                fs.set_attr(&path, attr).await?;
+            }
+            Err(FsError::NotFound { .. }) => {
+                let mut w = fs.create(&path, false).await?;
+                w.close().await?;
+            }
+            Err(e) => return Err(e.into()),
+        },
+        FsCmd::Chmod { mode, path } => {
+            let mode = parse_mode(&mode)?;
+            let attr = SetAttr {
+                mode: Some(mode),
+                ..Default::default()
+            };
+            fs.set_attr(&path, attr).await?;
+        }
+        FsCmd::Ln {
+            symbolic,
+            target,
+            link,
+        } => {
+            if symbolic {
+                fs.symlink(&target, &link).await?;
+            } else {
+                fs.link(&target, &link).await?;
+            }
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// `put` into an existing directory keeps the local file's name.
+async fn into_dir(fs: &CurvineFs, remote: &str, local: &Path) -> anyhow::Result<String> {
+    match fs.stat(remote).await {
+        Ok(st) if st.file_type == FileType::Dir as i32 => {
+            let name = local
+                .file_name()
+                .and_then(|n| n.to_str())
+                .context("the local path has no file name")?;
+            Ok(curvine_common::path::child(st.path.trim_end_matches('/'), name).replace("//", "/"))
+        }
+        _ => Ok(remote.to_string()),
+    }
+}
+
+fn base_name(path: &str) -> &str {
+    path.trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or(path)
+}
+
+/// Bytes under `st`, recursively (symlinks count as 0).
+async fn du(fs: &CurvineFs, st: &FileStatus) -> anyhow::Result<u64> {
+    if st.file_type != FileType::Dir as i32 {
+        return Ok(if st.file_type == FileType::File as i32 {
+            st.len
+        } else {
+            0
+        });
+    }
+    let mut total = 0;
+    let mut stack = vec![st.path.clone()];
+    while let Some(dir) = stack.pop() {
+        for e in fs.list(&dir).await? {
+            if e.file_type == FileType::Dir as i32 {
+                stack.push(e.path.clone());
+            } else if e.file_type == FileType::File as i32 {
+                total += e.len;
+            }
+        }
+    }
+    Ok(total)
+}
+
+async fn report(fs: &CurvineFs) -> anyhow::Result<()> {
+    let r = fs.report().await?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "cluster id: {}", r.cluster_id)?;
+    writeln!(
+        out,
+        "capacity: {}  used: {} ({})  free: {}",
+        human(r.capacity),
+        human(r.used),
+        percent(r.used, r.capacity),
+        human(r.capacity.saturating_sub(r.used))
+    )?;
+    writeln!(
+        out,
+        "files: {}  dirs: {}  blocks: {}",
+        r.files, r.dirs, r.blocks
+    )?;
+    let live = r.workers.iter().filter(|w| w.alive).count();
+    writeln!(
+        out,
+        "workers: {} live, {} lost",
+        live,
+        r.workers.len() - live
+    )?;
+    for w in &r.workers {
+        let a = w.address.clone().unwrap_or_default();
+        writeln!(
+            out,
+            "  worker {} {}:{} {}",
+            a.worker_id,
+            a.host,
+            a.data_port,
+            if w.alive { "alive" } else { "LOST" }
+        )?;
+        for t in &w.tiers {
+            let tier = StorageTier::try_from(t.tier).unwrap_or(StorageTier::Unspecified);
+            writeln!(
+                out,
+                "    {:<4} capacity {:>10}  used {:>10} ({:>4})  blocks {:>8}  {}",
+                tier.name(),
+                human(t.capacity),
+                human(t.used),
+                percent(t.used, t.capacity),
+                t.blocks,
+                t.dir
+            )?;
+        }
+    }
+    if r.workers.is_empty() {
+        bail!("no workers registered");
+    }
+    Ok(())
+}
+
+fn parse_mode(s: &str) -> anyhow::Result<u32> {
+    let m = u32::from_str_radix(s, 8)
+        .map_err(|_| anyhow::anyhow!("bad mode {s:?}: expected octal, e.g. 755"))?;
+    if m > 0o7777 {
+        bail!("bad mode {s:?}: at most 7777");
+    }
+    Ok(m)
+}
+
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn percent(used: u64, cap: u64) -> String {
+    if cap == 0 {
+        return "-".into();
+    }
+    format!("{:.0}%", used as f64 * 100.0 / cap as f64)
+}
+
+fn mode_string(st: &FileStatus) -> String {
+    let kind = match FileType::try_from(st.file_type) {
+        Ok(FileType::Dir) => 'd',
+        Ok(FileType::Symlink) => 'l',
+        _ => '-',
+    };
+    let mut s = String::with_capacity(10);
+    s.push(kind);
+    let m = st.mode;
+    for (shift, special, special_ch) in [(6, 0o4000, 's'), (3, 0o2000, 's'), (0, 0o1000, 't')] {
+        let bits = (m >> shift) & 7;
+        s.push(if bits & 4 != 0 { 'r' } else { '-' });
+        s.push(if bits & 2 != 0 { 'w' } else { '-' });
+        let x = bits & 1 != 0;
+        s.push(match (m & special != 0, x) {
+            (true, true) => special_ch,
+            (true, false) => special_ch.to_ascii_uppercase(),
+            (false, true) => 'x',
+            (false, false) => '-',
+        });
+    }
+    s
+}
+
+/// `YYYY-MM-DD HH:MM` (UTC) from milliseconds since the epoch.
+fn format_time(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // civil-from-days (Howard Hinnant's algorithm)
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60
+    )
+}
+
+fn long_line(e: &FileStatus) -> String {
+    let mut name = e.name.clone();
+    if e.file_type == FileType::Symlink as i32 {
+        name = format!("{name} -> {}", e.symlink_target);
+    }
+    format!(
+        "{} {:>3} {:>6} {:>6} {:>10} {} {}",
+        mode_string(e),
+        e.nlink,
+        e.uid,
+        e.gid,
+        human(e.len),
+        format_time(e.mtime_ms),
+        name
+    )
+}
+
+fn stat_text(s: &FileStatus) -> String {
+    let kind = match FileType::try_from(s.file_type) {
+        Ok(FileType::Dir) => "directory",
+        Ok(FileType::Symlink) => "symlink",
+        _ => "file",
+    };
+    let tier = StorageTier::try_from(s.storage_tier).unwrap_or(StorageTier::Unspecified);
+    let mut t = format!(
+        "path: {}\ntype: {kind}\nid: {}\nsize: {} ({})\nmode: {} ({:04o})\nuid: {}\ngid: {}\nlinks: {}\nmtime: {}\natime: {}\nctime: {}\nblock size: {}\nreplicas: {}\ntier: {}\ncomplete: {}",
+        s.path,
+        s.id,
+        s.len,
+        human(s.len),
+        mode_string(s),
+        s.mode & 0o7777,
+        s.uid,
+        s.gid,
+        s.nlink,
+        format_time(s.mtime_ms),
+        format_time(s.atime_ms),
+        format_time(s.ctime_ms),
+        human(s.block_size),
+        s.replicas,
+        tier.name(),
+        s.complete
+    );
+    if !s.symlink_target.is_empty() {
+        t.push_str(&format!("\ntarget: {}", s.symlink_target));
+    }
+    if s.file_type == FileType::Dir as i32 {
+        t.push_str(&format!("\nchildren: {}", s.children));
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_human_readable() {
+        assert_eq!(human(0), "0 B");
+        assert_eq!(human(1023), "1023 B");
+        assert_eq!(human(1536), "1.5 KiB");
+        assert_eq!(human(4 << 30), "4.0 GiB");
+        assert_eq!(percent(1, 4), "25%");
+        assert_eq!(percent(1, 0), "-");
+    }
+
+    #[test]
+    fn modes_parse_and_print() {
+        assert_eq!(parse_mode("755").unwrap(), 0o755);
+        assert_eq!(parse_mode("4755").unwrap(), 0o4755);
+        assert!(parse_mode("9").is_err());
+        assert!(parse_mode("17777").is_err());
+        let st = FileStatus {
+            file_type: FileType::Dir as i32,
+            mode: 0o1777,
+            ..Default::default()
+        };
+        assert_eq!(mode_string(&st), "drwxrwxrwt");
+        let st = FileStatus {
+            file_type: FileType::File as i32,
+            mode: 0o4644,
+            ..Default::default()
+        };
+        assert_eq!(mode_string(&st), "-rwSr--r--");
+    }
+
+    #[test]
+    fn times_format_in_utc() {
+        assert_eq!(format_time(0), "1970-01-01 00:00");
+        assert_eq!(format_time(951_782_400_000), "2000-02-29 00:00");
+        assert_eq!(format_time(1_700_000_000_000), "2023-11-14 22:13");
+    }
+
+    #[test]
+    fn conf_file_argument_is_used_and_errors_name_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, "[client]\nmaster_addrs = [\"10.0.0.1:1\"]\n").unwrap();
+        let c = load_conf(Some(&p)).unwrap();
+        assert_eq!(c.client.master_addrs, vec!["10.0.0.1:1".to_string()]);
+        std::fs::write(&p, "[client]\nbogus = 1\n").unwrap();
+        let e = load_conf(Some(&p)).unwrap_err().to_string();
+        assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn cli_parses_subcommands() {
+        let cli = Cli::try_parse_from(["cv", "--conf", "x.toml", "fs", "ls", "-l", "/a"]).unwrap();
+        assert!(matches!(cli.cmd, Cmd::Fs(FsCmd::Ls { long: true, .. })));
+        assert!(Cli::try_parse_from(["cv", "fs", "frobnicate"]).is_err());
+        let cli = Cli::try_parse_from(["cv", "fs", "ln", "-s", "/t", "/l"]).unwrap();
+        assert!(matches!(cli.cmd, Cmd::Fs(FsCmd::Ln { symbolic: true, .. })));
+        assert_eq!(base_name("/a/b/c"), "c");
+    }
+}

@@ -1,0 +1,326 @@
+//! Reading one block from one replica: a short-circuit block file (pread straight into
+//! the caller's buffer, CRC verified per chunk) or a remote READ_DATA stream (chunk
+//! aligned frames with their CRCs, kept open as read-ahead for sequential reads).
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+use bytes::BytesMut;
+use curvine_common::checksum::{chunk_count, verify_chunks};
+use curvine_common::frame::header;
+use curvine_common::proto::{BlockLocation, DataOp};
+use curvine_common::{FsError, FsResult};
+use tracing::debug;
+
+use crate::block_writer::DEFAULT_CHUNK_SIZE;
+use crate::pool::{is_local_host, worker_addr, DataConn, WorkerPool};
+
+/// Forward gaps up to this size are skipped by reading through the stream; larger ones
+/// reopen it at the new offset.
+const MAX_SKIP: u64 = 4 << 20;
+
+#[derive(Debug, Clone)]
+pub(crate) struct BlockReadOpts {
+    pub token: String,
+    pub short_circuit: bool,
+    pub verify_checksum: bool,
+    pub client_host: String,
+}
+
+pub(crate) fn mismatch(block_id: u64, worker: &str, offset: u64) -> FsError {
+    FsError::ChecksumMismatch {
+        block_id,
+        worker: worker.to_string(),
+        message: format!("chunk at block offset {offset}"),
+    }
+}
+
+/// An open replica of a block.
+pub(crate) enum BlockSource {
+    Local(LocalBlock),
+    Remote(RemoteStream),
+}
+
+impl BlockSource {
+    /// Open block `block_id` on `loc` to read from `offset`, asking a remote worker to
+    /// stream `len` bytes (0 = to the block's end). `need_len` is the length the master
+    /// recorded; a replica shorter than that is refused.
+    pub(crate) async fn open(
+        pool: &WorkerPool,
+        block_id: u64,
+        need_len: u64,
+        loc: &BlockLocation,
+        offset: u64,
+        len: u64,
+        opts: &BlockReadOpts,
+    ) -> FsResult<BlockSource> {
+        let a = loc.address.clone().unwrap_or_default();
+        let addr = worker_addr(&a);
+        let sc = opts.short_circuit && is_local_host(&a.host, &opts.client_host);
+        let mut h = header(DataOp::ReadOpen);
+        h.block_id = block_id;
+        h.offset = offset;
+        h.len = len;
+        h.short_circuit = sc;
+        h.token.clone_from(&opts.token);
+        let mut frame = BytesMut::new();
+        let (conn, ok) = pool.open(&addr, &h, &mut frame).await?;
+        if ok.op != DataOp::Ok as i32 {
+            return Err(FsError::protocol(format!(
+                "worker {addr}: expected OK to READ_OPEN of block {block_id}, got op {}",
+                ok.op
+            )));
+        }
+        if ok.block_len < need_len {
+            return Err(FsError::BlockNotFound {
+                block_id,
+                worker: format!("{addr} (has {} of {need_len} bytes)", ok.block_len),
+            });
+        }
+        let chunk_size = if ok.chunk_size == 0 {
+            DEFAULT_CHUNK_SIZE
+        } else {
+            ok.chunk_size as usize
+        };
+        if !ok.path.is_empty() {
+            pool.put(conn);
+            let file = File::open(&ok.path)
+                .map_err(|e| FsError::io_ctx(format!("open block file {}", ok.path), e))?;
+            if opts.verify_checksum && ok.crcs.len() != chunk_count(ok.block_len, chunk_size as u32)
+            {
+                return Err(FsError::protocol(format!(
+                    "worker {addr}: block {block_id} has {} CRCs for {} bytes",
+                    ok.crcs.len(),
+                    ok.block_len
+                )));
+            }
+            debug!(block = block_id, worker = %addr, "short-circuit read");
+            return Ok(BlockSource::Local(LocalBlock {
+                block_id,
+                worker: addr,
+                file,
+                block_len: ok.block_len,
+                chunk_size: chunk_size as u64,
+                crcs: ok.crcs,
+                verify: opts.verify_checksum,
+                cache: None,
+            }));
+        }
+        let start = offset / chunk_size as u64 * chunk_size as u64;
+        Ok(BlockSource::Remote(RemoteStream {
+            block_id,
+            addr,
+            conn: Some(conn),
+            chunk_size,
+            verify: opts.verify_checksum,
+            frame: BytesMut::new(),
+            frame_off: start,
+            next_off: start,
+            done: false,
+        }))
+    }
+
+    /// Whether `offset` can be served without reopening.
+    pub(crate) fn covers(&self, offset: u64) -> bool {
+        match self {
+            BlockSource::Local(l) => offset < l.block_len,
+            BlockSource::Remote(r) => r.covers(offset),
+        }
+    }
+
+    /// Read at block offset `offset` into `dst`; 0 means the source cannot serve it
+    /// (a finished stream), not the end of the block.
+    pub(crate) async fn read_at(
+        &mut self,
+        pool: &WorkerPool,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> FsResult<usize> {
+        match self {
+            BlockSource::Local(l) => l.read_at(offset, dst),
+            BlockSource::Remote(r) => r.read_at(pool, offset, dst).await,
+        }
+    }
+}
+
+/// A block file on this host, read with pread.
+pub(crate) struct LocalBlock {
+    block_id: u64,
+    worker: String,
+    file: File,
+    block_len: u64,
+    chunk_size: u64,
+    crcs: Vec<u32>,
+    verify: bool,
+    /// The last chunk read for a partial-chunk access (verified).
+    cache: Option<(u64, Vec<u8>)>,
+}
+
+impl LocalBlock {
+    fn pread(&self, buf: &mut [u8], offset: u64) -> FsResult<()> {
+        self.file.read_exact_at(buf, offset).map_err(|e| {
+            FsError::io_ctx(
+                format!(
+                    "read block {} at {offset} (worker {})",
+                    self.block_id, self.worker
+                ),
+                e,
+            )
+        })
+    }
+
+    fn chunk_end(&self, index: u64) -> u64 {
+        ((index + 1) * self.chunk_size).min(self.block_len)
+    }
+
+    fn read_at(&mut self, offset: u64, dst: &mut [u8]) -> FsResult<usize> {
+        if offset >= self.block_len {
+            return Ok(0);
+        }
+        let n = (dst.len() as u64).min(self.block_len - offset) as usize;
+        if !self.verify {
+            self.pread(&mut dst[..n], offset)?;
+            return Ok(n);
+        }
+        let end = offset + n as u64;
+        let cs = self.chunk_size;
+        let mut cur = offset;
+        while cur < end {
+            let ci = cur / cs;
+            let cstart = ci * cs;
+            let d = (cur - offset) as usize;
+            if cur == cstart && end >= self.chunk_end(ci) {
+                // whole chunks straight into the caller's buffer, verified in place
+                let whole_end = if end == self.block_len {
+                    end
+                } else {
+                    end / cs * cs
+                };
+                let len = (whole_end - cur) as usize;
+                let out = &mut dst[d..d + len];
+                self.pread(out, cur)?;
+                let crcs = self.crcs.get(ci as usize..).unwrap_or(&[]);
+                verify_chunks(out, cs as usize, crcs)
+                    .map_err(|i| mismatch(self.block_id, &self.worker, cstart + i as u64 * cs))?;
+                cur = whole_end;
+            } else {
+                let chunk = self.load_chunk(ci)?;
+                let s = (cur - cstart) as usize;
+                let m = (chunk.len() - s).min((end - cur) as usize);
+                dst[d..d + m].copy_from_slice(&chunk[s..s + m]);
+                cur += m as u64;
+            }
+        }
+        Ok(n)
+    }
+
+    fn load_chunk(&mut self, index: u64) -> FsResult<&[u8]> {
+        let hit = matches!(&self.cache, Some((i, _)) if *i == index);
+        if !hit {
+            let start = index * self.chunk_size;
+            let len = (self.chunk_end(index) - start) as usize;
+            let mut buf = match self.cache.take() {
+                Some((_, b)) => b,
+                None => Vec::with_capacity(self.chunk_size as usize),
+            };
+            buf.resize(len, 0);
+            self.pread(&mut buf, start)?;
+            let want = self.crcs.get(index as usize).copied();
+            if want != Some(crc32c::crc32c(&buf)) {
+                return Err(mismatch(self.block_id, &self.worker, start));
+            }
+            self.cache = Some((index, buf));
+        }
+        Ok(self
+            .cache
+            .as_ref()
+            .map(|(_, b)| b.as_slice())
+            .unwrap_or(&[]))
+    }
+}
+
+/// A READ_DATA stream from a worker.
+pub(crate) struct RemoteStream {
+    block_id: u64,
+    addr: String,
+    /// `None` once READ_END arrived (the connection went back to the pool).
+    conn: Option<DataConn>,
+    chunk_size: usize,
+    verify: bool,
+    /// The last frame's payload, at block offset `frame_off`.
+    frame: BytesMut,
+    frame_off: u64,
+    next_off: u64,
+    done: bool,
+}
+
+impl RemoteStream {
+    fn frame_end(&self) -> u64 {
+        self.frame_off + self.frame.len() as u64
+    }
+
+    fn covers(&self, offset: u64) -> bool {
+        if offset >= self.frame_off && offset < self.frame_end() {
+            return true;
+        }
+        !self.done && offset >= self.next_off && offset - self.next_off <= MAX_SKIP
+    }
+
+    async fn next_frame(&mut self, pool: &WorkerPool) -> FsResult<()> {
+        let Some(conn) = self.conn.as_mut() else {
+            self.done = true;
+            return Ok(());
+        };
+        let h = conn.recv(&mut self.frame).await?;
+        match DataOp::try_from(h.op) {
+            Ok(DataOp::ReadData) => {
+                if h.offset != self.next_off {
+                    return Err(FsError::protocol(format!(
+                        "worker {}: block {} frame at offset {}, expected {}",
+                        self.addr, self.block_id, h.offset, self.next_off
+                    )));
+                }
+                if self.verify {
+                    verify_chunks(&self.frame, self.chunk_size, &h.crcs).map_err(|i| {
+                        mismatch(
+                            self.block_id,
+                            &self.addr,
+                            h.offset + (i * self.chunk_size) as u64,
+                        )
+                    })?;
+                }
+                self.frame_off = h.offset;
+                self.next_off = h.offset + self.frame.len() as u64;
+                Ok(())
+            }
+            Ok(DataOp::ReadEnd) => {
+                self.done = true;
+                self.frame.clear();
+                self.frame_off = self.next_off;
+                if let Some(c) = self.conn.take() {
+                    pool.put(c);
+                }
+                Ok(())
+            }
+            _ => Err(FsError::protocol(format!(
+                "worker {}: unexpected op {} in the stream of block {}",
+                self.addr, h.op, self.block_id
+            ))),
+        }
+    }
+
+    async fn read_at(&mut self, pool: &WorkerPool, offset: u64, dst: &mut [u8]) -> FsResult<usize> {
+        loop {
+            if offset >= self.frame_off && offset < self.frame_end() {
+                let s = (offset - self.frame_off) as usize;
+                let n = dst.len().min(self.frame.len() - s);
+                dst[..n].copy_from_slice(&self.frame[s..s + n]);
+                return Ok(n);
+            }
+            if self.done || offset < self.frame_off {
+                return Ok(0);
+            }
+            self.next_frame(pool).await?;
+        }
+    }
+}

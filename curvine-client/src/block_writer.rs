@@ -1,0 +1,243 @@
+//! Writing one block to every replica: remote streams (WRITE_DATA frames pipelined, the
+//! worker answers only at commit) or short-circuit (the client writes the staging file the
+//! local worker hands out). CRC32C is computed once per chunk while the data is hot.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+
+use bytes::BytesMut;
+use curvine_common::checksum::chunk_crcs_into;
+use curvine_common::frame::header;
+use curvine_common::proto::{CommittedBlock, DataOp, LocatedBlock};
+use curvine_common::{FsError, FsResult};
+use tracing::debug;
+
+use crate::pool::{is_local_host, worker_addr, DataConn, WorkerPool};
+
+/// Chunk size assumed until a worker says otherwise.
+pub(crate) const DEFAULT_CHUNK_SIZE: usize = 64 << 10;
+
+/// What a block write needs from the client configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct BlockWriteOpts {
+    pub token: String,
+    pub short_circuit: bool,
+    pub client_host: String,
+    /// Bytes to reserve on the worker (the block size).
+    pub reserve: u64,
+}
+
+enum Sink {
+    Remote,
+    ShortCircuit { file: File, path: PathBuf },
+}
+
+struct Replica {
+    conn: DataConn,
+    worker_id: u32,
+    sink: Sink,
+}
+
+/// An open block on all of its replicas.
+pub(crate) struct BlockWriter {
+    block_id: u64,
+    replicas: Vec<Replica>,
+    chunk_size: usize,
+    written: u64,
+    /// Every chunk's CRC so far (short-circuit commits carry them all).
+    all_crcs: Vec<u32>,
+    frame_crcs: Vec<u32>,
+    /// A short last chunk was written; nothing may follow it.
+    ended_partial: bool,
+}
+
+impl BlockWriter {
+    /// Open the block on every location; any failure fails the whole open (streams
+    /// already opened are dropped, which aborts them on their workers).
+    pub(crate) async fn open(
+        pool: &WorkerPool,
+        block: &LocatedBlock,
+        opts: &BlockWriteOpts,
+    ) -> FsResult<BlockWriter> {
+        if block.locations.is_empty() {
+            return Err(FsError::Unavailable {
+                message: format!(
+                    "block {}: the master gave no worker to write to",
+                    block.block_id
+                ),
+            });
+        }
+        let mut replicas = Vec::with_capacity(block.locations.len());
+        let mut chunk_size = None;
+        let mut scratch = BytesMut::new();
+        for loc in &block.locations {
+            let addr_pb = loc.address.clone().unwrap_or_default();
+            let addr = worker_addr(&addr_pb);
+            let sc = opts.short_circuit && is_local_host(&addr_pb.host, &opts.client_host);
+            let mut h = header(DataOp::WriteOpen);
+            h.block_id = block.block_id;
+            h.tier = loc.tier;
+            h.reserve = opts.reserve;
+            h.short_circuit = sc;
+            h.token.clone_from(&opts.token);
+            let (conn, ok) = pool.open(&addr, &h, &mut scratch).await?;
+            if ok.op != DataOp::Ok as i32 {
+                return Err(FsError::protocol(format!(
+                    "worker {addr}: expected OK to WRITE_OPEN of block {}, got op {}",
+                    block.block_id, ok.op
+                )));
+            }
+            let cs = if ok.chunk_size == 0 {
+                DEFAULT_CHUNK_SIZE
+            } else {
+                ok.chunk_size as usize
+            };
+            match chunk_size {
+                None => chunk_size = Some(cs),
+                Some(c) if c != cs => {
+                    return Err(FsError::protocol(format!(
+                        "block {}: replicas disagree on the chunk size ({c} vs {cs} at {addr})",
+                        block.block_id
+                    )))
+                }
+                Some(_) => {}
+            }
+            let sink = if sc && !ok.path.is_empty() {
+                let path = PathBuf::from(&ok.path);
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(|e| {
+                        FsError::io_ctx(format!("open short-circuit file {}", path.display()), e)
+                    })?;
+                debug!(block = block.block_id, worker = %addr, "short-circuit write");
+                Sink::ShortCircuit { file, path }
+            } else {
+                Sink::Remote
+            };
+            replicas.push(Replica {
+                conn,
+                worker_id: loc.worker_id,
+                sink,
+            });
+        }
+        Ok(BlockWriter {
+            block_id: block.block_id,
+            replicas,
+            chunk_size: chunk_size.unwrap_or(DEFAULT_CHUNK_SIZE),
+            written: 0,
+            all_crcs: Vec::new(),
+            frame_crcs: Vec::new(),
+            ended_partial: false,
+        })
+    }
+
+    pub(crate) fn chunk_size(&self) -> usize {
+        self.chunk_size
+    }
+
+    #[cfg(test)]
+    pub(crate) fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Send `data` to every replica. It must be whole chunks, except for the block's
+    /// last piece. Remote replicas get one frame without waiting for an ack.
+    pub(crate) async fn write(&mut self, data: &[u8]) -> FsResult<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        if self.ended_partial {
+            return Err(FsError::internal(format!(
+                "block {}: data after a partial chunk",
+                self.block_id
+            )));
+        }
+        self.frame_crcs.clear();
+        chunk_crcs_into(data, self.chunk_size, &mut self.frame_crcs);
+        let mut h = header(DataOp::WriteData);
+        h.block_id = self.block_id;
+        h.offset = self.written;
+        h.crcs = std::mem::take(&mut self.frame_crcs);
+        let mut any_sc = false;
+        for r in &mut self.replicas {
+            match &mut r.sink {
+                Sink::Remote => {
+                    if let Err(e) = r.conn.send(&h, data).await {
+                        return Err(r.conn.error_after_send_failure(e).await);
+                    }
+                }
+                Sink::ShortCircuit { file, path } => {
+                    any_sc = true;
+                    file.write_all(data).map_err(|e| {
+                        FsError::io_ctx(format!("write short-circuit file {}", path.display()), e)
+                    })?;
+                }
+            }
+        }
+        if any_sc {
+            self.all_crcs.extend_from_slice(&h.crcs);
+        }
+        self.frame_crcs = h.crcs;
+        self.written += data.len() as u64;
+        self.ended_partial = !data.len().is_multiple_of(self.chunk_size);
+        Ok(())
+    }
+
+    /// Commit on every replica; all must acknowledge, else the error names the worker.
+    pub(crate) async fn commit(mut self, pool: &WorkerPool) -> FsResult<CommittedBlock> {
+        let mut h = header(DataOp::WriteCommit);
+        h.block_id = self.block_id;
+        h.len = self.written;
+        let sc_crcs = std::mem::take(&mut self.all_crcs);
+        for r in &mut self.replicas {
+            let res = match &r.sink {
+                Sink::Remote => r.conn.send(&h, &[]).await,
+                Sink::ShortCircuit { .. } => {
+                    let mut hs = h.clone();
+                    hs.crcs.clone_from(&sc_crcs);
+                    r.conn.send(&hs, &[]).await
+                }
+            };
+            if let Err(e) = res {
+                return Err(r.conn.error_after_send_failure(e).await);
+            }
+        }
+        let mut scratch = BytesMut::new();
+        let mut worker_ids = Vec::with_capacity(self.replicas.len());
+        for mut r in self.replicas.drain(..) {
+            let ok = r.conn.recv(&mut scratch).await?;
+            if ok.op != DataOp::Ok as i32 || (ok.len != 0 && ok.len != self.written) {
+                return Err(FsError::protocol(format!(
+                    "worker {}: bad reply to the commit of block {} (op {}, len {} of {})",
+                    r.conn.addr(),
+                    self.block_id,
+                    ok.op,
+                    ok.len,
+                    self.written
+                )));
+            }
+            worker_ids.push(r.worker_id);
+            pool.put(r.conn);
+        }
+        debug!(block = self.block_id, len = self.written, "block committed");
+        Ok(CommittedBlock {
+            block_id: self.block_id,
+            len: self.written,
+            worker_ids,
+        })
+    }
+}
+
+impl Drop for BlockWriter {
+    fn drop(&mut self) {
+        for r in &self.replicas {
+            if let Sink::ShortCircuit { path, .. } = &r.sink {
+                debug!(block = self.block_id, path = %path.display(), "aborting short-circuit block");
+            }
+        }
+        // Dropping the connections aborts the streams; the workers delete the staging
+        // files and free the reservations.
+    }
+}

@@ -1,0 +1,725 @@
+//! `CurvineFs`: the client handle. Cheap to clone (an `Arc` inside); holds one gRPC
+//! channel to the master, the worker connection pool and the lease renewer.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use curvine_common::path::normalize;
+use curvine_common::proto::{self, CallerInfo, FileStatus, StorageTier};
+use curvine_common::{ClusterConf, FsError, FsResult};
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+use crate::block_reader::BlockReadOpts;
+use crate::block_writer::BlockWriteOpts;
+use crate::master::{CallKind, MasterClient};
+use crate::options::{CreateOptions, SetAttr};
+use crate::pool::WorkerPool;
+use crate::reader::FsReader;
+use crate::writer::FsWriter;
+
+pub(crate) struct Inner {
+    pub(crate) conf: ClusterConf,
+    pub(crate) master: MasterClient,
+    pub(crate) pool: WorkerPool,
+    client_id: u64,
+    user: String,
+    /// Open writers' file ids (with a count of writers each) for lease renewal.
+    leases: Mutex<HashMap<u64, usize>>,
+    /// Dropped with `Inner`, which stops the lease renewer.
+    _shutdown: watch::Sender<()>,
+}
+
+/// A connection to a Curvine cluster.
+#[derive(Clone)]
+pub struct CurvineFs {
+    pub(crate) inner: Arc<Inner>,
+    uid: u32,
+    gid: u32,
+}
+
+#[allow(unsafe_code)]
+fn effective_ids() -> (u32, u32) {
+    // SAFETY: geteuid/getegid have no preconditions and cannot fail.
+    unsafe { (libc::geteuid(), libc::getegid()) }
+}
+
+fn new_client_id() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let seed = nanos ^ (u64::from(std::process::id()) << 40);
+    // splitmix64 so that ids from close instants differ in every bit
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)).max(1)
+}
+
+/// Validate and normalize a path before it goes to the master.
+pub(crate) fn norm(path: &str) -> FsResult<String> {
+    normalize(path)
+}
+
+impl CurvineFs {
+    /// Connect to the cluster's master (the first reachable of `client.master_addrs`).
+    pub async fn connect(conf: ClusterConf) -> FsResult<CurvineFs> {
+        let master = MasterClient::connect(&conf.client, &conf.cluster.auth_token).await?;
+        Ok(Self::with_master(conf, master))
+    }
+
+    /// A handle whose master channel connects on first use (no I/O here).
+    pub fn connect_lazy(conf: ClusterConf) -> FsResult<CurvineFs> {
+        let master = MasterClient::lazy(&conf.client, &conf.cluster.auth_token)?;
+        Ok(Self::with_master(conf, master))
+    }
+
+    fn with_master(conf: ClusterConf, master: MasterClient) -> CurvineFs {
+        let (tx, rx) = watch::channel(());
+        let (uid, gid) = effective_ids();
+        let inner = Arc::new(Inner {
+            pool: WorkerPool::new(conf.client.connect_timeout.get()),
+            master,
+            client_id: new_client_id(),
+            user: std::env::var("USER").unwrap_or_default(),
+            leases: Mutex::new(HashMap::new()),
+            _shutdown: tx,
+            conf,
+        });
+        let period = (inner.conf.master.lease_timeout.get() / 3).max(Duration::from_millis(100));
+        tokio::spawn(renew_leases(Arc::downgrade(&inner), rx, period));
+        CurvineFs { inner, uid, gid }
+    }
+
+    /// The same connection acting as another user (FUSE requests, tests).
+    pub fn with_identity(&self, uid: u32, gid: u32) -> CurvineFs {
+        CurvineFs {
+            inner: self.inner.clone(),
+            uid,
+            gid,
+        }
+    }
+
+    pub fn conf(&self) -> &ClusterConf {
+        &self.inner.conf
+    }
+
+    pub fn client_id(&self) -> u64 {
+        self.inner.client_id
+    }
+
+    pub fn caller_info(&self) -> CallerInfo {
+        CallerInfo {
+            uid: self.uid,
+            gid: self.gid,
+            user: self.inner.user.clone(),
+            client_host: self.inner.conf.client.hostname.clone(),
+            client_id: self.inner.client_id,
+        }
+    }
+
+    pub(crate) fn caller(&self) -> Option<CallerInfo> {
+        Some(self.caller_info())
+    }
+
+    pub(crate) fn write_opts(&self, reserve: u64) -> BlockWriteOpts {
+        let c = &self.inner.conf;
+        BlockWriteOpts {
+            token: c.cluster.auth_token.clone(),
+            short_circuit: c.client.short_circuit,
+            client_host: c.client.hostname.clone(),
+            reserve,
+        }
+    }
+
+    pub(crate) fn read_opts(&self) -> BlockReadOpts {
+        let c = &self.inner.conf;
+        BlockReadOpts {
+            token: c.cluster.auth_token.clone(),
+            short_circuit: c.client.short_circuit,
+            verify_checksum: c.client.verify_checksum,
+            client_host: c.client.hostname.clone(),
+        }
+    }
+
+    pub(crate) fn lease_acquire(&self, file_id: u64) -> LeaseGuard {
+        let mut l = self.inner.leases.lock().unwrap_or_else(|p| p.into_inner());
+        *l.entry(file_id).or_default() += 1;
+        LeaseGuard {
+            inner: Arc::downgrade(&self.inner),
+            file_id,
+        }
+    }
+
+    // ---------- namespace ----------
+
+    pub async fn mkdir(&self, path: &str, parents: bool) -> FsResult<FileStatus> {
+        self.mkdir_with_mode(path, parents, 0o755).await
+    }
+
+    pub async fn mkdir_with_mode(
+        &self,
+        path: &str,
+        parents: bool,
+        mode: u32,
+    ) -> FsResult<FileStatus> {
+        let req = proto::MkdirRequest {
+            path: norm(path)?,
+            parents,
+            mode,
+            caller: self.caller(),
+        };
+        // mkdir -p is idempotent, so it may be retried
+        let kind = if parents {
+            CallKind::Idempotent
+        } else {
+            CallKind::Mutation
+        };
+        let r = self
+            .inner
+            .master
+            .call(
+                "mkdir",
+                kind,
+                req,
+                |mut c, r| async move { c.mkdir(r).await },
+            )
+            .await?;
+        status_of(r.status, "mkdir")
+    }
+
+    pub async fn create(&self, path: &str, overwrite: bool) -> FsResult<FsWriter> {
+        let opts = CreateOptions {
+            overwrite,
+            ..Default::default()
+        };
+        self.create_with(path, opts).await
+    }
+
+    pub async fn create_with(&self, path: &str, opts: CreateOptions) -> FsResult<FsWriter> {
+        let c = &self.inner.conf.client;
+        let tier = if opts.storage_tier == StorageTier::Unspecified {
+            c.storage_tier.0
+        } else {
+            opts.storage_tier
+        };
+        let req = proto::CreateRequest {
+            path: norm(path)?,
+            overwrite: opts.overwrite,
+            create_parents: opts.create_parents,
+            mode: opts.mode,
+            replicas: if opts.replicas == 0 {
+                c.replicas
+            } else {
+                opts.replicas
+            },
+            block_size: if opts.block_size == 0 {
+                c.block_size.0
+            } else {
+                opts.block_size
+            },
+            storage_tier: tier as i32,
+            caller: self.caller(),
+            exclusive: opts.exclusive,
+        };
+        let r = self
+            .inner
+            .master
+            .call("create", CallKind::Mutation, req, |mut c, r| async move {
+                c.create(r).await
+            })
+            .await?;
+        let status = status_of(r.status, "create")?;
+        Ok(FsWriter::new(self.clone(), status, None))
+    }
+
+    pub async fn append(&self, path: &str) -> FsResult<FsWriter> {
+        let req = proto::AppendRequest {
+            path: norm(path)?,
+            caller: self.caller(),
+        };
+        let r = self
+            .inner
+            .master
+            .call("append", CallKind::Mutation, req, |mut c, r| async move {
+                c.append(r).await
+            })
+            .await?;
+        let status = status_of(r.status, "append")?;
+        Ok(FsWriter::new(self.clone(), status, r.last_block))
+    }
+
+    pub async fn open(&self, path: &str) -> FsResult<FsReader> {
+        let req = proto::OpenRequest {
+            path: norm(path)?,
+            caller: self.caller(),
+        };
+        let r = self
+            .inner
+            .master
+            .call("open", CallKind::Idempotent, req, |mut c, r| async move {
+                c.open(r).await
+            })
+            .await?;
+        let status = status_of(r.status, "open")?;
+        Ok(FsReader::new(self.clone(), status, r.blocks))
+    }
+
+    async fn get_status(&self, path: &str, follow_symlink: bool) -> FsResult<FileStatus> {
+        let req = proto::GetStatusRequest {
+            path: norm(path)?,
+            follow_symlink,
+            caller: self.caller(),
+        };
+        let r = self
+            .inner
+            .master
+            .call("stat", CallKind::Idempotent, req, |mut c, r| async move {
+                c.get_status(r).await
+            })
+            .await?;
+        status_of(r.status, "stat")
+    }
+
+    /// Status of `path`, following symlinks.
+    pub async fn stat(&self, path: &str) -> FsResult<FileStatus> {
+        self.get_status(path, true).await
+    }
+
+    /// Status of `path` itself (a symlink is not followed).
+    pub async fn lstat(&self, path: &str) -> FsResult<FileStatus> {
+        self.get_status(path, false).await
+    }
+
+    pub async fn exists(&self, path: &str) -> FsResult<bool> {
+        match self.lstat(path).await {
+            Ok(_) => Ok(true),
+            Err(FsError::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// All entries of a directory (every page the master returns).
+    pub async fn list(&self, path: &str) -> FsResult<Vec<FileStatus>> {
+        let path = norm(path)?;
+        let mut out = Vec::new();
+        let mut start_after = String::new();
+        loop {
+            let req = proto::ListRequest {
+                path: path.clone(),
+                start_after: start_after.clone(),
+                limit: 0,
+                caller: self.caller(),
+            };
+            let r = self
+                .inner
+                .master
+                .call("list", CallKind::Idempotent, req, |mut c, r| async move {
+                    c.list(r).await
+                })
+                .await?;
+            let last = r.statuses.last().map(|s| s.name.clone());
+            out.extend(r.statuses);
+            match last {
+                Some(name) if r.has_more => start_after = name,
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    pub async fn rename(&self, src: &str, dst: &str) -> FsResult<()> {
+        self.rename_with_flags(src, dst, 0).await
+    }
+
+    /// Rename with `RENAME_FLAG_*` bits (e.g. no-replace / exchange, as in renameat2).
+    pub async fn rename_with_flags(&self, src: &str, dst: &str, flags: u32) -> FsResult<()> {
+        let req = proto::RenameRequest {
+            src: norm(src)?,
+            dst: norm(dst)?,
+            flags,
+            caller: self.caller(),
+        };
+        self.inner
+            .master
+            .call("rename", CallKind::Mutation, req, |mut c, r| async move {
+                c.rename(r).await
+            })
+            .await?;
+        Ok(())
+    }
+
+    pub async fn delete(&self, path: &str, recursive: bool) -> FsResult<()> {
+        let path = norm(path)?;
+        let req = proto::DeleteRequest {
+            path: path.clone(),
+            recursive,
+            caller: self.caller(),
+        };
+        let r = self
+            .inner
+            .master
+            .call("delete", CallKind::Mutation, req, |mut c, r| async move {
+                c.delete(r).await
+            })
+            .await?;
+        if r.deleted {
+            Ok(())
+        } else {
+            Err(FsError::not_found(path))
+        }
+    }
+
+    pub async fn set_attr(&self, path: &str, attr: SetAttr) -> FsResult<FileStatus> {
+        let req = proto::SetAttrRequest {
+            path: norm(path)?,
+            mode: attr.mode,
+            uid: attr.uid,
+            gid: attr.gid,
+            mtime_ms: attr.mtime_ms,
+            atime_ms: attr.atime_ms,
+            replicas: attr.replicas,
+            caller: self.caller(),
+        };
+        let r = self
+            .inner
+            .master
+            .call("set_attr", CallKind::Mutation, req, |mut c, r| async move {
+                c.set_attr(r).await
+            })
+            .await?;
+        status_of(r.status, "set_attr")
+    }
+
+    /// Set the length of a file: shrinking goes to the master, growing appends zeros.
+    pub async fn truncate(&self, path: &str, len: u64) -> FsResult<()> {
+        let path = norm(path)?;
+        let st = self.stat(&path).await?;
+        if st.file_type == proto::FileType::Dir as i32 {
+            return Err(FsError::IsADirectory { path });
+        }
+        if len <= st.len {
+            let req = proto::TruncateRequest {
+                path,
+                len,
+                caller: self.caller(),
+            };
+            self.inner
+                .master
+                .call("truncate", CallKind::Mutation, req, |mut c, r| async move {
+                    c.truncate(r).await
+                })
+                .await?;
+            return Ok(());
+        }
+        let mut w = self.append(&path).await?;
+        let zeros = vec![0u8; 1 << 20];
+        let mut left = len - st.len;
+        while left > 0 {
+            let n = left.min(zeros.len() as u64) as usize;
+            w.write(&zeros[..n]).await?;
+            left -= n as u64;
+        }
+        w.close().await?;
+        Ok(())
+    }
+
+    /// Create a symlink `link` pointing at `target` (stored as given).
+    pub async fn symlink(&self, target: &str, link: &str) -> FsResult<FileStatus> {
+        if target.is_empty() || target.contains('\0') {
+            return Err(FsError::InvalidPath {
+                path: target.to_string(),
+                message: "bad symlink target".into(),
+            });
+        }
+        let req = proto::SymlinkRequest {
+            target: target.to_string(),
+            link: norm(link)?,
+            caller: self.caller(),
+        };
+        let r = self
+            .inner
+            .master
+            .call("symlink", CallKind::Mutation, req, |mut c, r| async move {
+                c.symlink(r).await
+            })
+            .await?;
+        status_of(r.status, "symlink")
+    }
+
+    pub async fn readlink(&self, path: &str) -> FsResult<String> {
+        let req = proto::ReadlinkRequest {
+            path: norm(path)?,
+            caller: self.caller(),
+        };
+        let r = self
+            .inner
+            .master
+            .call(
+                "readlink",
+                CallKind::Idempotent,
+                req,
+                |mut c, r| async move { c.readlink(r).await },
+            )
+            .await?;
+        Ok(r.target)
+    }
+
+    /// Create a hard link `dst` to the file `src`.
+    pub async fn link(&self, src: &str, dst: &str) -> FsResult<FileStatus> {
+        let req = proto::LinkRequest {
+            src: norm(src)?,
+            dst: norm(dst)?,
+            caller: self.caller(),
+        };
+        let r = self
+            .inner
+            .master
+            .call("link", CallKind::Mutation, req, |mut c, r| async move {
+                c.link(r).await
+            })
+            .await?;
+        status_of(r.status, "link")
+    }
+
+    pub async fn set_xattr(
+        &self,
+        path: &str,
+        name: &str,
+        value: &[u8],
+        flags: u32,
+    ) -> FsResult<()> {
+        let req = proto::SetXattrRequest {
+            path: norm(path)?,
+            name: name.to_string(),
+            value: value.to_vec(),
+            flags,
+            caller: self.caller(),
+        };
+        self.inner
+            .master
+            .call(
+                "set_xattr",
+                CallKind::Mutation,
+                req,
+                |mut c, r| async move { c.set_xattr(r).await },
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub async fn get_xattr(&self, path: &str, name: &str) -> FsResult<Vec<u8>> {
+        let req = proto::GetXattrRequest {
+            path: norm(path)?,
+            name: name.to_string(),
+            caller: self.caller(),
+        };
+        let r = self
+            .inner
+            .master
+            .call(
+                "get_xattr",
+                CallKind::Idempotent,
+                req,
+                |mut c, r| async move { c.get_xattr(r).await },
+            )
+            .await?;
+        Ok(r.value)
+    }
+
+    pub async fn list_xattr(&self, path: &str) -> FsResult<Vec<String>> {
+        let req = proto::ListXattrRequest {
+            path: norm(path)?,
+            caller: self.caller(),
+        };
+        let r = self
+            .inner
+            .master
+            .call(
+                "list_xattr",
+                CallKind::Idempotent,
+                req,
+                |mut c, r| async move { c.list_xattr(r).await },
+            )
+            .await?;
+        Ok(r.names)
+    }
+
+    pub async fn remove_xattr(&self, path: &str, name: &str) -> FsResult<()> {
+        let req = proto::RemoveXattrRequest {
+            path: norm(path)?,
+            name: name.to_string(),
+            caller: self.caller(),
+        };
+        self.inner
+            .master
+            .call(
+                "remove_xattr",
+                CallKind::Mutation,
+                req,
+                |mut c, r| async move { c.remove_xattr(r).await },
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Cluster capacity and usage, per worker and tier.
+    pub async fn report(&self) -> FsResult<proto::ReportResponse> {
+        self.inner
+            .master
+            .call(
+                "report",
+                CallKind::Idempotent,
+                proto::ReportRequest {},
+                |mut c, r| async move { c.report(r).await },
+            )
+            .await
+    }
+
+    /// Write `data` as the whole content of `path` (created or overwritten).
+    pub async fn write_file(&self, path: &str, data: &[u8]) -> FsResult<()> {
+        let mut w = self.create(path, true).await?;
+        w.write(data).await?;
+        w.close().await?;
+        Ok(())
+    }
+
+    /// The whole content of `path`.
+    pub async fn read_file(&self, path: &str) -> FsResult<Vec<u8>> {
+        let mut r = self.open(path).await?;
+        let mut buf = vec![0u8; r.len() as usize];
+        let n = r.read_full(&mut buf).await?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    // ---------- used by writers ----------
+
+    pub(crate) async fn add_block(
+        &self,
+        file_id: u64,
+        path: &str,
+        previous: Vec<proto::CommittedBlock>,
+    ) -> FsResult<proto::LocatedBlock> {
+        let req = proto::AddBlockRequest {
+            file_id,
+            path: path.to_string(),
+            previous,
+            caller: self.caller(),
+            excluded_workers: Vec::new(),
+        };
+        let r = self
+            .inner
+            .master
+            .call(
+                "add_block",
+                CallKind::Mutation,
+                req,
+                |mut c, r| async move { c.add_block(r).await },
+            )
+            .await?;
+        r.block
+            .ok_or_else(|| FsError::protocol("add_block reply without a block"))
+    }
+
+    pub(crate) async fn complete(
+        &self,
+        file_id: u64,
+        path: &str,
+        blocks: Vec<proto::CommittedBlock>,
+        len: u64,
+    ) -> FsResult<FileStatus> {
+        let req = proto::CompleteRequest {
+            file_id,
+            path: path.to_string(),
+            blocks,
+            len,
+            caller: self.caller(),
+        };
+        let r = self
+            .inner
+            .master
+            .call("complete", CallKind::Mutation, req, |mut c, r| async move {
+                c.complete(r).await
+            })
+            .await?;
+        status_of(r.status, "complete")
+    }
+
+    /// Give up a file being written: a new file disappears, an append rolls back to
+    /// its committed blocks.
+    pub(crate) async fn abandon(&self, file_id: u64, path: &str) -> FsResult<()> {
+        let req = proto::AbandonRequest {
+            file_id,
+            path: path.to_string(),
+            caller: self.caller(),
+        };
+        self.inner
+            .master
+            .call("abandon", CallKind::Mutation, req, |mut c, r| async move {
+                c.abandon(r).await
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+fn status_of(s: Option<FileStatus>, what: &str) -> FsResult<FileStatus> {
+    s.ok_or_else(|| FsError::protocol(format!("{what} reply without a status")))
+}
+
+/// Keeps a file's lease renewed while a writer has it open.
+pub(crate) struct LeaseGuard {
+    inner: Weak<Inner>,
+    file_id: u64,
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.upgrade() {
+            let mut l = inner.leases.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(n) = l.get_mut(&self.file_id) {
+                *n -= 1;
+                if *n == 0 {
+                    l.remove(&self.file_id);
+                }
+            }
+        }
+    }
+}
+
+/// Renews the leases of open files every `period`; exits when the `CurvineFs` is gone.
+async fn renew_leases(inner: Weak<Inner>, mut shutdown: watch::Receiver<()>, period: Duration) {
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            _ = tokio::time::sleep(period) => {}
+        }
+        let Some(fs) = inner.upgrade() else { return };
+        let file_ids: Vec<u64> = {
+            let l = fs.leases.lock().unwrap_or_else(|p| p.into_inner());
+            l.keys().copied().collect()
+        };
+        if file_ids.is_empty() {
+            continue;
+        }
+        let req = proto::RenewLeaseRequest {
+            client_id: fs.client_id,
+            file_ids,
+        };
+        match fs
+            .master
+            .call(
+                "renew_lease",
+                CallKind::Idempotent,
+                req,
+                |mut c, r| async move { c.renew_lease(r).await },
+            )
+            .await
+        {
+            Ok(_) => debug!("leases renewed"),
+            Err(e) => warn!(error = %e, "lease renewal failed"),
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! Options for `create_with` and `set_attr`.
+
+use curvine_common::proto::StorageTier;
+
+/// How a file is created. `Default`: no overwrite, parents created, mode 0644, and the
+/// client/cluster defaults for replicas, block size and tier.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateOptions {
+    /// Replace an existing file.
+    pub overwrite: bool,
+    /// Fail with `AlreadyExists` if the path exists (O_EXCL).
+    pub exclusive: bool,
+    pub create_parents: bool,
+    pub mode: u32,
+    /// 0 = `client.replicas`, then the master's default.
+    pub replicas: u32,
+    /// 0 = `client.block_size`, then the master's default.
+    pub block_size: u64,
+    /// `Unspecified` = `client.storage_tier`, then the master's default.
+    pub storage_tier: StorageTier,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            overwrite: false,
+            exclusive: false,
+            create_parents: true,
+            mode: 0o644,
+            replicas: 0,
+            block_size: 0,
+            storage_tier: StorageTier::Unspecified,
+        }
+    }
+}
+
+/// Attributes to change; `None` leaves the attribute as it is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub mtime_ms: Option<i64>,
+    pub atime_ms: Option<i64>,
+    pub replicas: Option<u32>,
+}

@@ -1,0 +1,243 @@
+//! `FsReader`: reads a file block by block from the nearest replica (short-circuit on
+//! this host, else a remote stream kept open as read-ahead), verifying CRCs, and moves
+//! on to the next replica when one fails.
+
+use std::collections::HashSet;
+
+use curvine_common::proto::{FileStatus, LocatedBlock};
+use curvine_common::{FsError, FsResult};
+use tracing::warn;
+
+use crate::block_reader::BlockSource;
+use crate::fs::CurvineFs;
+use crate::pool::is_local_host;
+
+pub struct FsReader {
+    fs: CurvineFs,
+    status: FileStatus,
+    blocks: Vec<LocatedBlock>,
+    len: u64,
+    pos: u64,
+    /// The open replica: (block index, location index, source).
+    src: Option<(usize, usize, BlockSource)>,
+    /// (block index, location index) pairs that failed during this read.
+    failed: HashSet<(usize, usize)>,
+    /// End of the last read, to tell sequential reads (read-ahead) from random ones.
+    last_end: u64,
+}
+
+impl FsReader {
+    /// A reader over `blocks` (as `open` returns them). Public so tests and tools can read
+    /// from known locations.
+    pub fn new(fs: CurvineFs, status: FileStatus, mut blocks: Vec<LocatedBlock>) -> FsReader {
+        blocks.sort_by_key(|b| b.offset);
+        FsReader {
+            len: status.len,
+            fs,
+            status,
+            blocks,
+            pos: 0,
+            src: None,
+            failed: HashSet::new(),
+            last_end: 0,
+        }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn pos(&self) -> u64 {
+        self.pos
+    }
+
+    pub fn status(&self) -> &FileStatus {
+        &self.status
+    }
+
+    pub fn path(&self) -> &str {
+        &self.status.path
+    }
+
+    /// Move the position; past the end of the file is an error.
+    pub fn seek(&mut self, pos: u64) -> FsResult<()> {
+        if pos > self.len {
+            return Err(FsError::invalid(format!(
+                "{}: seek to {pos} past the end ({})",
+                self.status.path, self.len
+            )));
+        }
+        self.pos = pos;
+        Ok(())
+    }
+
+    /// Read at the position; returns 0 at the end of the file.
+    pub async fn read(&mut self, buf: &mut [u8]) -> FsResult<usize> {
+        if self.pos >= self.len || buf.is_empty() {
+            return Ok(0);
+        }
+        let want = (buf.len() as u64).min(self.len - self.pos) as usize;
+        let n = self.read_some(self.pos, &mut buf[..want]).await?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+
+    /// Fill `buf` from the position unless the file ends first; returns the bytes read.
+    pub async fn read_full(&mut self, buf: &mut [u8]) -> FsResult<usize> {
+        let n = self.pread(self.pos, buf).await?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+
+    /// Read at `offset` without moving the position: as much as the file has, up to
+    /// `buf.len()`.
+    pub async fn pread(&mut self, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+        if offset >= self.len {
+            return Ok(0);
+        }
+        let want = (buf.len() as u64).min(self.len - offset) as usize;
+        let mut done = 0;
+        while done < want {
+            let n = self
+                .read_some(offset + done as u64, &mut buf[done..want])
+                .await?;
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        Ok(done)
+    }
+
+    /// Fill all of `buf` from `offset`; the file ending first is an error.
+    pub async fn read_exact_at(&mut self, offset: u64, buf: &mut [u8]) -> FsResult<()> {
+        let n = self.pread(offset, buf).await?;
+        if n < buf.len() {
+            return Err(FsError::io(format!(
+                "{}: unexpected end of file at {} (wanted {} bytes at {offset})",
+                self.status.path,
+                offset + n as u64,
+                buf.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Locations of a block in the order to try: this host's first when short-circuit
+    /// is on, then as the master listed them.
+    fn location_order(&self, bi: usize) -> Vec<usize> {
+        let conf = &self.fs.conf().client;
+        let locs = &self.blocks[bi].locations;
+        let mut idx: Vec<usize> = (0..locs.len()).collect();
+        if conf.short_circuit {
+            idx.sort_by_key(|&i| {
+                let host = locs[i].address.as_ref().map_or("", |a| a.host.as_str());
+                !is_local_host(host, &conf.hostname)
+            });
+        }
+        idx
+    }
+
+    /// Read from the block holding `offset`, at most to that block's end.
+    async fn read_some(&mut self, offset: u64, dst: &mut [u8]) -> FsResult<usize> {
+        let bi = self.blocks.partition_point(|b| b.offset + b.len <= offset);
+        let Some(block) = self.blocks.get(bi) else {
+            return Err(FsError::protocol(format!(
+                "{}: no block covers offset {offset} of {}",
+                self.status.path, self.len
+            )));
+        };
+        if offset < block.offset {
+            return Err(FsError::protocol(format!(
+                "{}: hole before block {} at offset {offset}",
+                self.status.path, block.block_id
+            )));
+        }
+        let (block_id, block_off, block_len) = (block.block_id, block.offset, block.len);
+        let in_off = offset - block_off;
+        let n = (dst.len() as u64).min(block_len - in_off) as usize;
+        let dst = &mut dst[..n];
+        let sequential = offset == self.last_end;
+        let mut last_err: Option<FsError> = None;
+        loop {
+            // serve from the open source when it can
+            if let Some((sbi, sli, src)) = self.src.as_mut() {
+                if *sbi == bi && src.covers(in_off) {
+                    let li = *sli;
+                    match src.read_at(&self.fs.inner.pool, in_off, dst).await {
+                        Ok(0) => self.src = None,
+                        Ok(k) => {
+                            self.last_end = offset + k as u64;
+                            return Ok(k);
+                        }
+                        Err(e) => {
+                            warn!(block = block_id, error = %e, "replica failed, trying the next");
+                            self.failed.insert((bi, li));
+                            self.src = None;
+                            last_err = Some(e);
+                        }
+                    }
+                }
+            }
+            self.src = None;
+            let Some(li) = self
+                .location_order(bi)
+                .into_iter()
+                .find(|&li| !self.failed.contains(&(bi, li)))
+            else {
+                self.failed.retain(|&(b, _)| b != bi);
+                return Err(last_err.unwrap_or_else(|| FsError::Unavailable {
+                    message: format!("{}: block {block_id} has no live replica", self.status.path),
+                }));
+            };
+            let ahead = self.fs.conf().client.read_ahead.0;
+            let want = if sequential {
+                (n as u64).max(ahead)
+            } else {
+                n as u64
+            };
+            let want = want.min(block_len - in_off);
+            let loc = self.blocks[bi].locations[li].clone();
+            let opts = self.fs.read_opts();
+            match BlockSource::open(
+                &self.fs.inner.pool,
+                block_id,
+                block_len,
+                &loc,
+                in_off,
+                want,
+                &opts,
+            )
+            .await
+            {
+                Ok(mut src) => match src.read_at(&self.fs.inner.pool, in_off, dst).await {
+                    Ok(0) => {
+                        self.failed.insert((bi, li));
+                        last_err = Some(FsError::protocol(format!(
+                            "block {block_id}: the replica sent no data at offset {in_off}"
+                        )));
+                    }
+                    Ok(k) => {
+                        self.src = Some((bi, li, src));
+                        self.last_end = offset + k as u64;
+                        return Ok(k);
+                    }
+                    Err(e) => {
+                        warn!(block = block_id, error = %e, "replica failed, trying the next");
+                        self.failed.insert((bi, li));
+                        last_err = Some(e);
+                    }
+                },
+                Err(e) => {
+                    warn!(block = block_id, error = %e, "cannot open replica, trying the next");
+                    self.failed.insert((bi, li));
+                    last_err = Some(e);
+                }
+            }
+        }
+    }
+}

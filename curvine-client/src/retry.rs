@@ -1,0 +1,118 @@
+//! Retries for idempotent master calls: up to `attempts` tries on a retryable error
+//! (`FsError::is_retryable`), sleeping `backoff * attempt` between tries.
+
+use std::future::Future;
+use std::time::Duration;
+
+use curvine_common::{FsError, FsResult};
+use tracing::debug;
+
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// Total tries (at least 1).
+    pub attempts: u32,
+    pub backoff: Duration,
+}
+
+impl RetryPolicy {
+    /// Run `op(attempt)` (attempt counts from 0) until it succeeds, fails with a
+    /// non-retryable error, or the tries are used up (the last error is returned).
+    pub async fn run<T, F, Fut>(&self, what: &str, op: F) -> FsResult<T>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = FsResult<T>>,
+    {
+        self.run_if(what, FsError::is_retryable, op).await
+    }
+
+    /// Like `run`, retrying only errors for which `retry_if` holds.
+    pub async fn run_if<T, F, Fut, P>(&self, what: &str, retry_if: P, mut op: F) -> FsResult<T>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = FsResult<T>>,
+        P: Fn(&FsError) -> bool,
+    {
+        let attempts = self.attempts.max(1);
+        let mut attempt = 0;
+        loop {
+            match op(attempt).await {
+                Ok(v) => return Ok(v),
+                Err(e) if attempt + 1 < attempts && retry_if(&e) => {
+                    debug!(error = %e, attempt, what, "retrying");
+                    let wait = if matches!(e, FsError::NotLeader { .. }) {
+                        // the next attempt goes to another master; no need to wait long
+                        self.backoff / 4
+                    } else {
+                        self.backoff * (attempt + 1)
+                    };
+                    tokio::time::sleep(wait).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    fn policy(attempts: u32) -> RetryPolicy {
+        RetryPolicy {
+            attempts,
+            backoff: Duration::from_millis(1),
+        }
+    }
+
+    #[tokio::test]
+    async fn retries_retryable_errors_until_success() {
+        let calls = AtomicU32::new(0);
+        let v = policy(5)
+            .run("t", |_| async {
+                if calls.fetch_add(1, Ordering::SeqCst) < 2 {
+                    Err(FsError::Unavailable {
+                        message: "down".into(),
+                    })
+                } else {
+                    Ok(7)
+                }
+            })
+            .await
+            .unwrap();
+        assert_eq!(v, 7);
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn does_not_retry_other_errors() {
+        let calls = AtomicU32::new(0);
+        let e = policy(5)
+            .run("t", |_| async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err::<(), _>(FsError::not_found("/x"))
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(e, FsError::NotFound { .. }));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn gives_up_after_the_last_attempt() {
+        let calls = AtomicU32::new(0);
+        let e = policy(3)
+            .run("t", |_| async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err::<(), _>(FsError::Timeout {
+                    message: "slow".into(),
+                })
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(e, FsError::Timeout { .. }));
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+}

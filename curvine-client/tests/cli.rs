@@ -1,0 +1,183 @@
+//! The `cv` CLI against a MiniCluster: every `cv fs` command, `cv report`, and the
+//! one-line error with a non-zero exit.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use curvine_server::testing::MiniCluster;
+
+fn cv(conf: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cv"))
+        .arg("--conf")
+        .arg(conf)
+        .args(args)
+        .output()
+        .expect("run cv")
+}
+
+fn ok(conf: &Path, args: &[&str]) -> String {
+    let out = cv(conf, args);
+    assert!(
+        out.status.success(),
+        "cv {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+#[test]
+fn cv_commands_work_end_to_end() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cluster = rt.block_on(MiniCluster::builder().start()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("conf.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[client]\nmaster_addrs = [\"{}\"]\n[log]\nlevel = \"warn\"\n",
+            cluster.master_addr()
+        ),
+    )
+    .unwrap();
+    let local = dir.path().join("in.bin");
+    let body: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(&local, &body).unwrap();
+
+    ok(&conf, &["fs", "mkdir", "-p", "/cli/a/b"]);
+    ok(
+        &conf,
+        &["fs", "put", local.to_str().unwrap(), "/cli/a/x.bin"],
+    );
+    let ls = ok(&conf, &["fs", "ls", "-l", "/cli/a"]);
+    assert!(ls.contains("x.bin") && ls.contains('b'), "{ls}");
+    let out = dir.path().join("out.bin");
+    ok(&conf, &["fs", "get", "/cli/a/x.bin", out.to_str().unwrap()]);
+    assert!(std::fs::read(&out).unwrap() == body);
+    let cat = cv(&conf, &["fs", "cat", "/cli/a/x.bin"]);
+    assert!(cat.status.success() && cat.stdout == body);
+    let stat = ok(&conf, &["fs", "stat", "/cli/a/x.bin"]);
+    assert!(stat.contains("3000000"), "{stat}");
+    ok(&conf, &["fs", "mv", "/cli/a/x.bin", "/cli/a/b/y.bin"]);
+    let du = ok(&conf, &["fs", "du", "-s", "/cli"]);
+    assert!(du.contains("3000000"), "{du}");
+    ok(&conf, &["fs", "touch", "/cli/t"]);
+    ok(&conf, &["fs", "chmod", "600", "/cli/t"]);
+    let st = ok(&conf, &["fs", "stat", "/cli/t"]);
+    assert!(st.contains("600") || st.contains("rw-------"), "{st}");
+    ok(&conf, &["fs", "ln", "-s", "/cli/t", "/cli/link"]);
+    ok(&conf, &["fs", "ln", "/cli/a/b/y.bin", "/cli/hard"]);
+    let df = ok(&conf, &["fs", "df"]);
+    assert!(!df.trim().is_empty());
+    let report = ok(&conf, &["report"]);
+    assert!(report.contains("MEM") && report.contains("SSD"), "{report}");
+    ok(&conf, &["fs", "rm", "-r", "/cli"]);
+
+    // errors: one line on stderr, non-zero exit
+    let e = cv(&conf, &["fs", "cat", "/cli/missing"]);
+    assert!(!e.status.success());
+    let err = String::from_utf8_lossy(&e.stderr);
+    assert!(
+        err.starts_with("cv: ") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    let e = cv(&conf, &["fs", "mkdir", "relative/path"]);
+    assert!(!e.status.success());
+    rt.block_on(cluster.shutdown()).unwrap();
+}
+
+#[test]
+fn cv_reports_an_unreachable_master_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("conf.toml");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    std::fs::write(
+        &conf,
+        format!("[client]\nmaster_addrs = [\"127.0.0.1:{port}\"]\nconnect_timeout = \"1s\"\n"),
+    )
+    .unwrap();
+    let e = cv(&conf, &["fs", "ls", "/"]);
+    assert!(!e.status.success());
+    let err = String::from_utf8_lossy(&e.stderr);
+    assert!(err.starts_with("cv: "), "{err}");
+    let e = cv(&conf, &["fs", "ls", "/", "--bogus"]);
+    assert_eq!(e.status.code(), Some(2));
+}
+
+/// A client process killed with SIGKILL mid-write leaves no visible file and no staging.
+#[test]
+fn killed_writer_process_leaves_nothing() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cluster = rt
+        .block_on(
+            MiniCluster::builder()
+                .conf(|c| {
+                    c.master.lease_timeout =
+                        curvine_common::conf::Dur(std::time::Duration::from_secs(2))
+                })
+                .start(),
+        )
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("conf.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[master]\nlease_timeout = \"2s\"\n[client]\nmaster_addrs = [\"{}\"]\n[log]\nlevel = \"warn\"\n",
+            cluster.master_addr()
+        ),
+    )
+    .unwrap();
+    let fs = rt
+        .block_on(curvine_client::CurvineFs::connect(cluster.client_conf()))
+        .unwrap();
+    // an endless source: the upload only ends when the process is killed
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cv"))
+        .arg("--conf")
+        .arg(&conf)
+        .args(["fs", "put", "/dev/zero", "/killed"])
+        .spawn()
+        .unwrap();
+    rt.block_on(curvine_server::testing::wait_until(
+        std::time::Duration::from_secs(20),
+        || async { fs.exists("/killed").await.unwrap_or(false) },
+    ))
+    .expect("the upload made progress");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    rt.block_on(curvine_server::testing::wait_until(
+        std::time::Duration::from_secs(30),
+        || async { !fs.exists("/killed").await.unwrap_or(true) },
+    ))
+    .expect("the partial file is removed when its lease expires");
+    let staging = |cluster: &MiniCluster| -> usize {
+        cluster
+            .worker_dirs(0)
+            .iter()
+            .map(|d| {
+                std::fs::read_dir(d.join("staging"))
+                    .map(|r| r.count())
+                    .unwrap_or(0)
+            })
+            .sum()
+    };
+    rt.block_on(curvine_server::testing::wait_until(
+        std::time::Duration::from_secs(10),
+        || async { staging(&cluster) == 0 },
+    ))
+    .expect("staging is cleaned");
+    // blocks committed before the kill are deleted through heartbeat replies
+    rt.block_on(curvine_server::testing::wait_until(
+        std::time::Duration::from_secs(10),
+        || async {
+            let r = fs.report().await.unwrap();
+            r.workers[0].tiers.iter().map(|t| t.blocks).sum::<u64>() == 0
+        },
+    ))
+    .expect("the killed file's blocks are removed from the worker");
+    drop(fs);
+    rt.block_on(cluster.shutdown()).unwrap();
+}
