@@ -1,0 +1,136 @@
+//! `curvine-server master|worker --conf FILE`
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use curvine_common::ClusterConf;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+#[command(name = "curvine-server", version, about = "Curvine master and worker")]
+struct Cli {
+    #[command(subcommand)]
+    role: Role,
+}
+
+#[derive(Subcommand)]
+enum Role {
+    /// Run the master (namespace, block map, worker registry).
+    Master {
+        /// Cluster configuration file (default: $CURVINE_CONF_FILE).
+        #[arg(long)]
+        conf: Option<PathBuf>,
+    },
+    /// Run a worker (tiered block store and data plane).
+    Worker {
+        #[arg(long)]
+        conf: Option<PathBuf>,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = real_main(cli) {
+        eprintln!("curvine-server: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main(cli: Cli) -> anyhow::Result<()> {
+    let (is_master, conf_path) = match cli.role {
+        Role::Master { conf } => (true, conf),
+        Role::Worker { conf } => (false, conf),
+    };
+    let conf = ClusterConf::load_default(conf_path.as_deref()).context("load cluster conf")?;
+    init_logging(&conf, if is_master { "master" } else { "worker" })?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name(if is_master { "master" } else { "worker" })
+        .build()
+        .context("start tokio runtime")?;
+    rt.block_on(async move {
+        let cancel = CancellationToken::new();
+        let signals = cancel.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutdown requested");
+            signals.cancel();
+        });
+        if is_master {
+            let addr = conf.master_addr();
+            let listener = TcpListener::bind(&addr)
+                .await
+                .with_context(|| format!("bind master rpc address {addr}"))?;
+            tracing::info!(%addr, "master listening");
+            curvine_server::master::run(conf, listener, cancel).await?;
+        } else {
+            let addr = format!(
+                "{}:{}",
+                bind_host(&conf.worker.hostname),
+                conf.worker.data_port
+            );
+            let listener = TcpListener::bind(&addr)
+                .await
+                .with_context(|| format!("bind worker data address {addr}"))?;
+            tracing::info!(%addr, "worker listening");
+            curvine_server::worker::run(conf, listener, cancel).await?;
+        }
+        tracing::info!("stopped");
+        Ok(())
+    })
+}
+
+/// Names that resolve to this host are bound as given; anything else binds all interfaces.
+fn bind_host(host: &str) -> &str {
+    if host == "localhost" || host.parse::<std::net::IpAddr>().is_ok() {
+        host
+    } else {
+        "0.0.0.0"
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            // Without signal handlers the process still stops on SIGTERM's default action.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+fn init_logging(conf: &ClusterConf, role: &str) -> anyhow::Result<()> {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&conf.log.level))
+        .with_context(|| format!("log.level {:?}", conf.log.level))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if conf.log.dir.is_empty() {
+        builder.with_writer(std::io::stderr).init();
+    } else {
+        std::fs::create_dir_all(&conf.log.dir)
+            .with_context(|| format!("create log.dir {}", conf.log.dir))?;
+        let path = PathBuf::from(&conf.log.dir).join(format!("{role}.log"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("open log file {}", path.display()))?;
+        builder
+            .with_ansi(false)
+            .with_writer(std::sync::Mutex::new(file))
+            .init();
+    }
+    Ok(())
+}

@@ -1,0 +1,70 @@
+//! Shared helpers for the integration tests: one MiniCluster per test binary, hosted on
+//! a runtime that outlives the individual tests (each test `block_on`s it).
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::sync::OnceLock;
+
+use curvine_client::CurvineFs;
+use curvine_server::testing::MiniCluster;
+use tokio::runtime::Runtime;
+
+pub struct Shared {
+    pub rt: Runtime,
+    pub cluster: MiniCluster,
+    pub fs: CurvineFs,
+}
+
+static SHARED: OnceLock<Shared> = OnceLock::new();
+
+/// The binary's cluster (`workers` workers, default tiers), started on first use.
+pub fn shared(workers: usize) -> &'static Shared {
+    SHARED.get_or_init(|| {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .expect("test runtime");
+        let (cluster, fs) = rt.block_on(async {
+            let cluster = MiniCluster::builder()
+                .workers(workers)
+                .start()
+                .await
+                .expect("start MiniCluster");
+            let fs = CurvineFs::connect(cluster.client_conf())
+                .await
+                .expect("connect");
+            (cluster, fs)
+        });
+        Shared { rt, cluster, fs }
+    })
+}
+
+/// Run a test body on the shared runtime.
+pub fn run<F: Future<Output = ()>>(workers: usize, f: impl FnOnce(&'static Shared) -> F) {
+    let s = shared(workers);
+    s.rt.block_on(f(s));
+}
+
+/// Deterministic test data.
+pub fn data(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// A fresh runtime for tests that own their cluster.
+pub fn runtime() -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("test runtime")
+}

@@ -1,0 +1,170 @@
+//! Data path: odd sizes across block boundaries, short-circuit and remote, concurrent
+//! writers, random preads against a reference, replicas.
+
+mod common;
+
+use common::{data, run};
+use curvine_client::{CreateOptions, CurvineFs};
+
+const BLOCK: usize = 8 << 20; // MiniCluster's block size
+const CHUNK: usize = 64 << 10;
+
+fn sizes() -> Vec<usize> {
+    vec![
+        0,
+        1,
+        CHUNK - 1,
+        CHUNK + 1,
+        (1 << 20) + 7,
+        BLOCK - 1,
+        BLOCK,
+        BLOCK + 1,
+        3 * BLOCK + 12_345,
+    ]
+}
+
+async fn client(s: &common::Shared, short_circuit: bool) -> CurvineFs {
+    let mut conf = s.cluster.client_conf();
+    conf.client.short_circuit = short_circuit;
+    CurvineFs::connect(conf).await.unwrap()
+}
+
+async fn write_in_pieces(fs: &CurvineFs, path: &str, body: &[u8], piece: usize) {
+    let mut w = fs.create(path, true).await.unwrap();
+    for c in body.chunks(piece.max(1)) {
+        w.write(c).await.unwrap();
+    }
+    let st = w.close().await.unwrap();
+    assert_eq!(st.len, body.len() as u64, "{path}");
+}
+
+async fn odd_sizes(short_circuit: bool) {
+    let s = common::shared(2);
+    let fs = client(s, short_circuit).await;
+    let dir = format!("/data-odd-{short_circuit}");
+    for (i, size) in sizes().into_iter().enumerate() {
+        let body = data(size, i as u64 + 1);
+        let path = format!("{dir}/f{size}");
+        // odd piece sizes exercise frame and chunk boundaries
+        write_in_pieces(&fs, &path, &body, 100_003).await;
+        assert_eq!(fs.stat(&path).await.unwrap().len, size as u64);
+        let back = fs.read_file(&path).await.unwrap();
+        assert!(back == body, "{path}: content differs");
+        // and read with the other mode
+        let other = client(s, !short_circuit).await;
+        assert!(
+            other.read_file(&path).await.unwrap() == body,
+            "{path} cross-mode"
+        );
+    }
+}
+
+#[test]
+fn odd_sizes_short_circuit() {
+    run(2, |_| odd_sizes(true));
+}
+
+#[test]
+fn odd_sizes_remote() {
+    run(2, |_| odd_sizes(false));
+}
+
+#[test]
+fn concurrent_writers_to_different_files() {
+    run(2, |s| async move {
+        let mut tasks = Vec::new();
+        for t in 0..8u64 {
+            let fs = s.fs.clone();
+            tasks.push(tokio::spawn(async move {
+                let body = data(3 * (1 << 20) + t as usize * 1000, 100 + t);
+                let path = format!("/data-conc/f{t}");
+                write_in_pieces(&fs, &path, &body, 128 << 10).await;
+                (path, body)
+            }));
+        }
+        for t in tasks {
+            let (path, body) = t.await.unwrap();
+            assert!(s.fs.read_file(&path).await.unwrap() == body, "{path}");
+        }
+    });
+}
+
+async fn random_preads(short_circuit: bool) {
+    let s = common::shared(2);
+    let fs = client(s, short_circuit).await;
+    let size = 2 * BLOCK + 333_333;
+    let body = data(size, 77);
+    let path = format!("/data-pread-{short_circuit}");
+    write_in_pieces(&fs, &path, &body, 1 << 20).await;
+    let mut r = fs.open(&path).await.unwrap();
+    let mut x: u64 = 12345;
+    for _ in 0..200 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let off = (x >> 11) as usize % size;
+        let len = ((x >> 40) as usize % 300_000).min(size - off);
+        let mut buf = vec![0u8; len];
+        let mut got = 0;
+        while got < len {
+            let n = r.pread((off + got) as u64, &mut buf[got..]).await.unwrap();
+            assert!(n > 0, "short pread at {}", off + got);
+            got += n;
+        }
+        assert!(buf == body[off..off + len], "pread {off}+{len}");
+    }
+    // pread past EOF returns 0; seek then sequential read continues correctly
+    let mut one = [0u8; 1];
+    assert_eq!(r.pread(size as u64, &mut one).await.unwrap(), 0);
+    r.seek(BLOCK as u64 - 10).unwrap();
+    let mut buf = vec![0u8; 20];
+    let mut got = 0;
+    while got < 20 {
+        got += r.read(&mut buf[got..]).await.unwrap();
+    }
+    assert_eq!(buf, &body[BLOCK - 10..BLOCK + 10]);
+    assert!(r.seek(size as u64 + 1).is_err());
+}
+
+#[test]
+fn random_preads_short_circuit() {
+    run(2, |_| random_preads(true));
+}
+
+#[test]
+fn random_preads_remote() {
+    run(2, |_| random_preads(false));
+}
+
+#[test]
+fn two_replicas_are_written_to_both_workers() {
+    run(2, |s| async move {
+        let before: Vec<u64> = block_counts(s).await;
+        let body = data(BLOCK + 5, 9);
+        let opts = CreateOptions {
+            overwrite: true,
+            replicas: 2,
+            ..Default::default()
+        };
+        let mut w = s.fs.create_with("/data-rep2", opts).await.unwrap();
+        w.write(&body).await.unwrap();
+        w.close().await.unwrap();
+        assert_eq!(s.fs.stat("/data-rep2").await.unwrap().replicas, 2);
+        assert!(s.fs.read_file("/data-rep2").await.unwrap() == body);
+        // both workers gained the file's two blocks (reported by heartbeat)
+        curvine_server::testing::wait_until(std::time::Duration::from_secs(10), || async {
+            let after = block_counts(s).await;
+            after.iter().zip(&before).all(|(a, b)| *a >= b + 2)
+        })
+        .await
+        .unwrap();
+    });
+}
+
+async fn block_counts(s: &common::Shared) -> Vec<u64> {
+    let mut r = s.fs.report().await.unwrap().workers;
+    r.sort_by_key(|w| w.address.as_ref().map(|a| a.data_port));
+    r.iter()
+        .map(|w| w.tiers.iter().map(|t| t.blocks).sum())
+        .collect()
+}
