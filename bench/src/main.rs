@@ -1,0 +1,346 @@
+//! curvine-bench: throughput of the Rust client against a running cluster.
+//!
+//! `fs.write` writes `--file-num` files of `--file-size` with `--client-threads` writers
+//! and records each file's CRC32C in a manifest beside them; `fs.read` reads them back
+//! and compares (a mismatch is a non-zero exit). `meta` measures create+complete, stat
+//! and delete of empty files. Every figure is printed with the bytes and seconds behind it.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use curvine_client::{CreateOptions, CurvineFs};
+use curvine_common::conf::parse_size;
+use curvine_common::proto::StorageTier;
+use curvine_common::ClusterConf;
+
+#[derive(Parser, Debug, Clone)]
+#[command(name = "curvine-bench", about = "Curvine client throughput benchmark")]
+struct Args {
+    /// fs.write | fs.read | meta
+    #[arg(long)]
+    action: String,
+    /// Curvine directory the files live in.
+    #[arg(long, default_value = "/curvine-bench")]
+    dir: String,
+    /// Cluster configuration file (default: $CURVINE_CONF_FILE).
+    #[arg(long)]
+    conf: Option<PathBuf>,
+    /// Compute CRC32C of the data written and compare it on read.
+    #[arg(long, default_value = "true", action = clap::ArgAction::Set)]
+    checksum: bool,
+    #[arg(long, default_value_t = 2)]
+    client_threads: usize,
+    #[arg(long, default_value = "128KB", value_parser = parse_size)]
+    buf_size: u64,
+    #[arg(long, default_value = "100MB", value_parser = parse_size)]
+    file_size: u64,
+    #[arg(long, default_value_t = 10)]
+    file_num: usize,
+    /// Tier for written blocks: mem | ssd | hdd (default: the cluster's).
+    #[arg(long)]
+    storage_type: Option<String>,
+    /// Read with the data plane instead of short-circuit (overrides client.short_circuit).
+    #[arg(long, default_value = "false", action = clap::ArgAction::Set)]
+    no_short_circuit: bool,
+}
+
+const MANIFEST: &str = "_bench_manifest";
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = run(args) {
+        eprintln!("curvine-bench: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    if args.client_threads == 0 || args.buf_size == 0 {
+        bail!("--client-threads and --buf-size must be positive");
+    }
+    let mut conf = ClusterConf::load_default(args.conf.as_deref()).context("load cluster conf")?;
+    if args.no_short_circuit {
+        conf.client.short_circuit = false;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.client_threads.max(2))
+        .enable_all()
+        .build()
+        .context("start runtime")?;
+    rt.block_on(async move {
+        let fs = CurvineFs::connect(conf)
+            .await
+            .context("connect to the cluster")?;
+        match args.action.as_str() {
+            "fs.write" => fs_write(&fs, &args).await,
+            "fs.read" => fs_read(&fs, &args).await,
+            "meta" => meta(&fs, &args).await,
+            other => bail!("unknown action {other:?} (expected fs.write, fs.read or meta)"),
+        }
+    })
+}
+
+fn file_path(dir: &str, i: usize) -> String {
+    format!("{}/file-{i:06}", dir.trim_end_matches('/'))
+}
+
+/// Deterministic content: a fixed pseudo-random pattern stamped with the file index and
+/// offset every 4 KiB, so misplaced data is caught by the checksum.
+fn fill(buf: &mut [u8], pattern: &[u8], file: usize, offset: u64) {
+    buf.copy_from_slice(&pattern[..buf.len()]);
+    let mut pos = 0usize;
+    while pos + 16 <= buf.len() {
+        let abs = offset + pos as u64;
+        if abs.is_multiple_of(4096) {
+            buf[pos..pos + 8].copy_from_slice(&(file as u64).to_le_bytes());
+            buf[pos + 8..pos + 16].copy_from_slice(&abs.to_le_bytes());
+        }
+        pos += 4096 - (abs % 4096) as usize;
+    }
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn print_throughput(action: &str, bytes: u64, elapsed: Duration, files: usize) {
+    let secs = elapsed.as_secs_f64();
+    let gib = bytes as f64 / (1u64 << 30) as f64;
+    println!("{action}: {files} files, {bytes} bytes ({gib:.2} GiB) in {secs:.2} s");
+    println!("{action}: {:.2} GiB/s", gib / secs.max(1e-9));
+}
+
+async fn fs_write(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
+    let tier = match &args.storage_type {
+        Some(s) => StorageTier::parse(s)
+            .with_context(|| format!("--storage-type {s:?}: expected mem, ssd or hdd"))?,
+        None => StorageTier::Unspecified,
+    };
+    fs.mkdir(&args.dir, true).await.context("mkdir")?;
+    let pattern = Arc::new(pattern(args.buf_size as usize));
+    let next = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..args.client_threads {
+        let (fs, args, pattern, next) = (fs.clone(), args.clone(), pattern.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut crcs = Vec::new();
+            let mut buf = vec![0u8; args.buf_size as usize];
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= args.file_num {
+                    break;
+                }
+                let path = file_path(&args.dir, i);
+                let opts = CreateOptions {
+                    overwrite: true,
+                    storage_tier: tier,
+                    ..Default::default()
+                };
+                let mut w = fs
+                    .create_with(&path, opts)
+                    .await
+                    .with_context(|| format!("create {path}"))?;
+                let mut crc = 0u32;
+                let mut off = 0u64;
+                while off < args.file_size {
+                    let n = (args.file_size - off).min(args.buf_size) as usize;
+                    fill(&mut buf[..n], &pattern, i, off);
+                    if args.checksum {
+                        crc = crc32c::crc32c_append(crc, &buf[..n]);
+                    }
+                    w.write(&buf[..n])
+                        .await
+                        .with_context(|| format!("write {path}"))?;
+                    off += n as u64;
+                }
+                w.close().await.with_context(|| format!("close {path}"))?;
+                crcs.push((i, crc));
+            }
+            anyhow::Ok(crcs)
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.context("writer task")??);
+    }
+    let elapsed = start.elapsed();
+    all.sort();
+    print_throughput(
+        "fs.write",
+        args.file_size * args.file_num as u64,
+        elapsed,
+        args.file_num,
+    );
+    if args.checksum {
+        let total = all.iter().fold(0u32, |acc, (_, c)| acc.rotate_left(1) ^ c);
+        let manifest: String = std::iter::once(format!("{} {}\n", args.file_num, args.file_size))
+            .chain(all.iter().map(|(i, c)| format!("{i} {c:08x}\n")))
+            .collect();
+        fs.write_file(&format!("{}/{MANIFEST}", args.dir), manifest.as_bytes())
+            .await
+            .context("write manifest")?;
+        println!("fs.write: checksum {total:08x}");
+    }
+    Ok(())
+}
+
+async fn fs_read(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
+    let expected: Option<Vec<u32>> = if args.checksum {
+        let raw = fs
+            .read_file(&format!("{}/{MANIFEST}", args.dir))
+            .await
+            .context("read the manifest of fs.write (run fs.write with --checksum true first)")?;
+        let text = String::from_utf8(raw).context("manifest is not text")?;
+        let mut lines = text.lines();
+        let head = lines.next().unwrap_or_default();
+        if head != format!("{} {}", args.file_num, args.file_size) {
+            bail!(
+                "fs.write ran with files/size {head:?}; pass the same --file-num and --file-size"
+            );
+        }
+        let crcs = lines
+            .map(|l| {
+                let c = l.split_whitespace().nth(1).unwrap_or_default();
+                u32::from_str_radix(c, 16).with_context(|| format!("bad manifest line {l:?}"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Some(crcs)
+    } else {
+        None
+    };
+    let next = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..args.client_threads {
+        let (fs, args, next) = (fs.clone(), args.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            let mut buf = vec![0u8; args.buf_size as usize];
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= args.file_num {
+                    break;
+                }
+                let path = file_path(&args.dir, i);
+                let mut r = fs
+                    .open(&path)
+                    .await
+                    .with_context(|| format!("open {path}"))?;
+                let mut crc = 0u32;
+                let mut total = 0u64;
+                loop {
+                    let n = r
+                        .read(&mut buf)
+                        .await
+                        .with_context(|| format!("read {path}"))?;
+                    if n == 0 {
+                        break;
+                    }
+                    if args.checksum {
+                        crc = crc32c::crc32c_append(crc, &buf[..n]);
+                    }
+                    total += n as u64;
+                }
+                if total != args.file_size {
+                    anyhow::bail!("{path}: read {total} bytes, expected {}", args.file_size);
+                }
+                out.push((i, crc));
+            }
+            anyhow::Ok(out)
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.context("reader task")??);
+    }
+    let elapsed = start.elapsed();
+    all.sort();
+    print_throughput(
+        "fs.read",
+        args.file_size * args.file_num as u64,
+        elapsed,
+        args.file_num,
+    );
+    if let Some(expected) = expected {
+        let bad: Vec<usize> = all
+            .iter()
+            .filter(|(i, c)| expected.get(*i) != Some(c))
+            .map(|(i, _)| *i)
+            .collect();
+        let total = all.iter().fold(0u32, |acc, (_, c)| acc.rotate_left(1) ^ c);
+        println!("fs.read: checksum {total:08x}");
+        if !bad.is_empty() {
+            bail!(
+                "checksum mismatch in {} file(s), first {}",
+                bad.len(),
+                file_path(&args.dir, bad[0])
+            );
+        }
+        println!("fs.read: checksum matches fs.write");
+    }
+    Ok(())
+}
+
+async fn meta(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
+    let dir = format!("{}/meta", args.dir.trim_end_matches('/'));
+    if fs.exists(&dir).await? {
+        fs.delete(&dir, true).await.context("clear the meta dir")?;
+    }
+    fs.mkdir(&dir, true).await?;
+    let n = args.file_num;
+    let threads = args.client_threads;
+    // Each thread has its own client connection, as separate processes would.
+    let mut clients = Vec::new();
+    for _ in 0..threads {
+        clients.push(CurvineFs::connect(fs.conf().clone()).await?);
+    }
+    for phase in ["create", "stat", "delete"] {
+        let next = Arc::new(AtomicUsize::new(0));
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for c in &clients {
+            let (c, next, dir) = (c.clone(), next.clone(), dir.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    let p = format!("{dir}/f{i}");
+                    match phase {
+                        "create" => {
+                            c.create(&p, false).await?.close().await?;
+                        }
+                        "stat" => {
+                            c.stat(&p).await?;
+                        }
+                        _ => c.delete(&p, false).await?,
+                    }
+                }
+                anyhow::Ok(())
+            }));
+        }
+        for t in tasks {
+            t.await.context("meta task")??;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        println!(
+            "meta.{phase}: {n} files, {threads} clients, {secs:.2} s, {:.0} ops/s",
+            n as f64 / secs.max(1e-9)
+        );
+    }
+    Ok(())
+}

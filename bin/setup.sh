@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install what building and testing Curvine needs on Debian, then build it in release.
+#   bin/setup.sh            build packages + cargo build --release
+#   SETUP_EXTRA="fio iperf3 bindfs" bin/setup.sh   also install these packages
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+# clang/libclang: RocksDB's bindgen step; protobuf-compiler: tonic/prost code generation;
+# fuse3: the FUSE mount and its tests.
+PACKAGES="clang libclang-dev protobuf-compiler pkg-config fuse3 libfuse3-dev ${SETUP_EXTRA:-}"
+
+missing=()
+for p in $PACKAGES; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+fi
+command -v cargo >/dev/null 2>&1 || die "cargo not found: install a Rust toolchain (rustup, Rust >= 1.87) and rerun"
+
+if [ "${SETUP_NO_BUILD:-0}" != 1 ]; then
+  echo "setup: cargo build --release (a cold build takes several minutes, mostly RocksDB's C++)"
+  (cd "$CURVINE_HOME" && cargo build --release --workspace --bins)
+fi

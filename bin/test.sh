@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Every test suite: set up, lint, then the Rust tests (unit + MiniCluster integration).
+# The FUSE and Java suites join this script as they land.
+#   LINT=0 bin/test.sh    skip fmt/clippy
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+cd "$CURVINE_HOME"
+SETUP_NO_BUILD=1 bin/setup.sh
+start=$(date +%s)
+if [ "${LINT:-1}" = 1 ]; then
+  echo "== cargo fmt --check"
+  cargo fmt --all -- --check
+  echo "== cargo clippy"
+  cargo clippy --release --workspace --all-targets -- -D warnings
+fi
+echo "== Rust tests"
+cargo test --release --workspace --no-fail-fast
+echo "== all suites passed in $(( $(date +%s) - start )) s"
