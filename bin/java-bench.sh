@@ -33,7 +33,7 @@ if [ -z "${HADOOP_CLASSPATH:-}" ]; then
   fi
 fi
 MASTERS="$(conf_get client master_addrs | tr -d '[] ' )"
-exec java ${JAVA_OPTS:-} -Dfs.cv.master_addrs="${MASTERS:-127.0.0.1:8995}" \
+exec java -Dfs.cv.master_addrs="${MASTERS:-127.0.0.1:8995}" ${JAVA_OPTS:-} \
   -cp "$JAR:$HADOOP_CLASSPATH:$CURVINE_HOME/etc" \
   io.curvine.bench.CurvineBenchV2 \
   -action "$ACTION" \
