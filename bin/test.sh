@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Every test suite: set up, lint, then the Rust tests (unit + MiniCluster integration).
-# The FUSE and Java suites join this script as they land.
+# Every test suite: set up, lint, the Rust tests (unit + MiniCluster integration), then
+# the Java client's tests (JNI tests and Hadoop's FileSystem contract tests under Maven,
+# against a real cluster the tests start).
 #   LINT=0 bin/test.sh    skip fmt/clippy
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -15,4 +16,7 @@ if [ "${LINT:-1}" = 1 ]; then
 fi
 echo "== Rust tests"
 cargo test --release --workspace --no-fail-fast
+echo "== Java tests"
+cargo build --release -p curvine-jni -p curvine-server
+(cd java && mvn -B -ntp test)
 echo "== all suites passed in $(( $(date +%s) - start )) s"
