@@ -20,7 +20,8 @@ use curvine_common::ClusterConf;
 #[derive(Parser, Debug, Clone)]
 #[command(name = "curvine-bench", about = "Curvine client throughput benchmark")]
 struct Args {
-    /// fs.write | fs.read | meta
+    /// fs.write | fs.read | meta (Rust client), fuse.write | fuse.read (plain file I/O
+    /// under --dir, a directory of a Curvine FUSE mount)
     #[arg(long)]
     action: String,
     /// Curvine directory the files live in.
@@ -62,6 +63,11 @@ fn run(args: Args) -> anyhow::Result<()> {
     if args.client_threads == 0 || args.buf_size == 0 {
         bail!("--client-threads and --buf-size must be positive");
     }
+    match args.action.as_str() {
+        "fuse.write" => return fuse_write(&args),
+        "fuse.read" => return fuse_read(&args),
+        _ => {}
+    }
     let mut conf = ClusterConf::load_default(args.conf.as_deref()).context("load cluster conf")?;
     if args.no_short_circuit {
         conf.client.short_circuit = false;
@@ -79,7 +85,9 @@ fn run(args: Args) -> anyhow::Result<()> {
             "fs.write" => fs_write(&fs, &args).await,
             "fs.read" => fs_read(&fs, &args).await,
             "meta" => meta(&fs, &args).await,
-            other => bail!("unknown action {other:?} (expected fs.write, fs.read or meta)"),
+            other => bail!(
+                "unknown action {other:?} (expected fs.write, fs.read, fuse.write, fuse.read or meta)"
+            ),
         }
     })
 }
@@ -185,39 +193,24 @@ async fn fs_write(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
         args.file_num,
     );
     if args.checksum {
-        let total = all.iter().fold(0u32, |acc, (_, c)| acc.rotate_left(1) ^ c);
-        let manifest: String = std::iter::once(format!("{} {}\n", args.file_num, args.file_size))
-            .chain(all.iter().map(|(i, c)| format!("{i} {c:08x}\n")))
-            .collect();
-        fs.write_file(&format!("{}/{MANIFEST}", args.dir), manifest.as_bytes())
-            .await
-            .context("write manifest")?;
-        println!("fs.write: checksum {total:08x}");
+        fs.write_file(
+            &format!("{}/{MANIFEST}", args.dir),
+            manifest(args, &all).as_bytes(),
+        )
+        .await
+        .context("write manifest")?;
+        println!("fs.write: checksum {:08x}", total_crc(&all));
     }
     Ok(())
 }
 
 async fn fs_read(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
-    let expected: Option<Vec<u32>> = if args.checksum {
+    let expected = if args.checksum {
         let raw = fs
             .read_file(&format!("{}/{MANIFEST}", args.dir))
             .await
             .context("read the manifest of fs.write (run fs.write with --checksum true first)")?;
-        let text = String::from_utf8(raw).context("manifest is not text")?;
-        let mut lines = text.lines();
-        let head = lines.next().unwrap_or_default();
-        if head != format!("{} {}", args.file_num, args.file_size) {
-            bail!(
-                "fs.write ran with files/size {head:?}; pass the same --file-num and --file-size"
-            );
-        }
-        let crcs = lines
-            .map(|l| {
-                let c = l.split_whitespace().nth(1).unwrap_or_default();
-                u32::from_str_radix(c, 16).with_context(|| format!("bad manifest line {l:?}"))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        Some(crcs)
+        Some(parse_manifest(args, raw)?)
     } else {
         None
     };
@@ -275,21 +268,175 @@ async fn fs_read(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
         args.file_num,
     );
     if let Some(expected) = expected {
-        let bad: Vec<usize> = all
-            .iter()
-            .filter(|(i, c)| expected.get(*i) != Some(c))
-            .map(|(i, _)| *i)
+        compare("fs.read", args, &expected, &all)?;
+    }
+    Ok(())
+}
+
+/// The manifest fs.write / fuse.write leave beside the files: sizes, then each file's CRC.
+fn manifest(args: &Args, crcs: &[(usize, u32)]) -> String {
+    std::iter::once(format!("{} {}\n", args.file_num, args.file_size))
+        .chain(crcs.iter().map(|(i, c)| format!("{i} {c:08x}\n")))
+        .collect()
+}
+
+fn parse_manifest(args: &Args, raw: Vec<u8>) -> anyhow::Result<Vec<u32>> {
+    let text = String::from_utf8(raw).context("manifest is not text")?;
+    let mut lines = text.lines();
+    let head = lines.next().unwrap_or_default();
+    if head != format!("{} {}", args.file_num, args.file_size) {
+        bail!("the write run had files/size {head:?}; pass the same --file-num and --file-size");
+    }
+    lines
+        .map(|l| {
+            let c = l.split_whitespace().nth(1).unwrap_or_default();
+            u32::from_str_radix(c, 16).with_context(|| format!("bad manifest line {l:?}"))
+        })
+        .collect()
+}
+
+fn total_crc(crcs: &[(usize, u32)]) -> u32 {
+    crcs.iter().fold(0u32, |acc, (_, c)| acc.rotate_left(1) ^ c)
+}
+
+/// Compare the read run's per-file CRCs with the write run's; a mismatch is an error.
+fn compare(
+    action: &str,
+    args: &Args,
+    expected: &[u32],
+    got: &[(usize, u32)],
+) -> anyhow::Result<()> {
+    let bad: Vec<usize> = got
+        .iter()
+        .filter(|(i, c)| expected.get(*i) != Some(c))
+        .map(|(i, _)| *i)
+        .collect();
+    println!("{action}: checksum {:08x}", total_crc(got));
+    if !bad.is_empty() {
+        bail!(
+            "checksum mismatch in {} file(s), first {}",
+            bad.len(),
+            file_path(&args.dir, bad[0])
+        );
+    }
+    println!("{action}: checksum matches the write run");
+    Ok(())
+}
+
+/// Run `work(file index)` for every file on `--client-threads` OS threads.
+fn on_threads(
+    args: &Args,
+    work: impl Fn(usize) -> anyhow::Result<u32> + Sync,
+) -> anyhow::Result<Vec<(usize, u32)>> {
+    let next = AtomicUsize::new(0);
+    let results = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..args.client_threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= args.file_num {
+                            return anyhow::Ok(out);
+                        }
+                        out.push((i, work(i)?));
+                    }
+                })
+            })
             .collect();
-        let total = all.iter().fold(0u32, |acc, (_, c)| acc.rotate_left(1) ^ c);
-        println!("fs.read: checksum {total:08x}");
-        if !bad.is_empty() {
-            bail!(
-                "checksum mismatch in {} file(s), first {}",
-                bad.len(),
-                file_path(&args.dir, bad[0])
-            );
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("bench thread panicked"))?
+            })
+            .collect::<anyhow::Result<Vec<_>>>()
+    })?;
+    let mut all: Vec<(usize, u32)> = results.into_iter().flatten().collect();
+    all.sort();
+    Ok(all)
+}
+
+/// fuse.write: plain std::fs writes under --dir (a directory of the FUSE mount).
+fn fuse_write(args: &Args) -> anyhow::Result<()> {
+    use std::io::Write;
+    std::fs::create_dir_all(&args.dir).with_context(|| format!("mkdir {}", args.dir))?;
+    let pattern = pattern(args.buf_size as usize);
+    let start = Instant::now();
+    let all = on_threads(args, |i| {
+        let path = file_path(&args.dir, i);
+        let mut f = std::fs::File::create(&path).with_context(|| format!("create {path}"))?;
+        let mut buf = vec![0u8; args.buf_size as usize];
+        let (mut crc, mut off) = (0u32, 0u64);
+        while off < args.file_size {
+            let n = (args.file_size - off).min(args.buf_size) as usize;
+            fill(&mut buf[..n], &pattern, i, off);
+            if args.checksum {
+                crc = crc32c::crc32c_append(crc, &buf[..n]);
+            }
+            f.write_all(&buf[..n])
+                .with_context(|| format!("write {path}"))?;
+            off += n as u64;
         }
-        println!("fs.read: checksum matches fs.write");
+        // close reports errors of the last writes; flush them explicitly
+        f.flush().with_context(|| format!("flush {path}"))?;
+        drop(f);
+        Ok(crc)
+    })?;
+    print_throughput(
+        "fuse.write",
+        args.file_size * args.file_num as u64,
+        start.elapsed(),
+        args.file_num,
+    );
+    if args.checksum {
+        let m = format!("{}/{MANIFEST}", args.dir);
+        std::fs::write(&m, manifest(args, &all)).with_context(|| format!("write {m}"))?;
+        println!("fuse.write: checksum {:08x}", total_crc(&all));
+    }
+    Ok(())
+}
+
+/// fuse.read: plain std::fs reads of the files fuse.write (or fs.write) made.
+fn fuse_read(args: &Args) -> anyhow::Result<()> {
+    use std::io::Read;
+    let expected = if args.checksum {
+        let m = format!("{}/{MANIFEST}", args.dir);
+        let raw = std::fs::read(&m)
+            .with_context(|| format!("read {m} (run a write action with --checksum true first)"))?;
+        Some(parse_manifest(args, raw)?)
+    } else {
+        None
+    };
+    let start = Instant::now();
+    let all = on_threads(args, |i| {
+        let path = file_path(&args.dir, i);
+        let mut f = std::fs::File::open(&path).with_context(|| format!("open {path}"))?;
+        let mut buf = vec![0u8; args.buf_size as usize];
+        let (mut crc, mut total) = (0u32, 0u64);
+        loop {
+            let n = f.read(&mut buf).with_context(|| format!("read {path}"))?;
+            if n == 0 {
+                break;
+            }
+            if args.checksum {
+                crc = crc32c::crc32c_append(crc, &buf[..n]);
+            }
+            total += n as u64;
+        }
+        if total != args.file_size {
+            bail!("{path}: read {total} bytes, expected {}", args.file_size);
+        }
+        Ok(crc)
+    })?;
+    print_throughput(
+        "fuse.read",
+        args.file_size * args.file_num as u64,
+        start.elapsed(),
+        args.file_num,
+    );
+    if let Some(expected) = expected {
+        compare("fuse.read", args, &expected, &all)?;
     }
     Ok(())
 }
