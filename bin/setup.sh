@@ -6,9 +6,9 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 # clang/libclang: RocksDB's bindgen step; protobuf-compiler: tonic/prost code generation;
-# fuse3: the FUSE mount and its tests; a JDK (17+) and Maven: the Java client. A JDK or
+# fuse3: the FUSE mount; git and sqlite3: programs the FUSE tests run on the mount; a JDK (17+) and Maven: the Java client. A JDK or
 # Maven already on the PATH (not from apt) is used as it is.
-PACKAGES="clang libclang-dev protobuf-compiler pkg-config fuse3 libfuse3-dev ${SETUP_EXTRA:-}"
+PACKAGES="clang libclang-dev protobuf-compiler pkg-config fuse3 libfuse3-dev git sqlite3 ${SETUP_EXTRA:-}"
 command -v javac >/dev/null 2>&1 || PACKAGES="$PACKAGES openjdk-17-jdk-headless"
 command -v mvn >/dev/null 2>&1 || PACKAGES="$PACKAGES maven"
 

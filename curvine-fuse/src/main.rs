@@ -1,6 +1,125 @@
-//! `curvine-fuse`: the FUSE mount is not built yet; it lands with its own issue.
+//! `curvine-fuse --conf FILE --mnt-path DIR [--fs-path /sub] [--read-only]`: mount a
+//! Curvine directory. SIGTERM/SIGINT unmount cleanly; a stale mount at DIR (from a
+//! crashed daemon) is replaced.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use curvine_client::CurvineFs;
+use curvine_common::ClusterConf;
+use curvine_fuse::{CurvineFuse, MountOptions};
+use tokio::signal::unix::{signal, SignalKind};
+use tracing::{error, info, warn};
+
+#[derive(Parser, Debug)]
+#[command(name = "curvine-fuse", about = "Mount a Curvine file system with FUSE")]
+struct Args {
+    /// Cluster configuration (default: $CURVINE_CONF_FILE).
+    #[arg(long)]
+    conf: Option<PathBuf>,
+    /// Mount point (default: fuse.mnt_path).
+    #[arg(long)]
+    mnt_path: Option<PathBuf>,
+    /// Curvine directory to show at the mount point (default: fuse.fs_path).
+    #[arg(long)]
+    fs_path: Option<String>,
+    /// Mount read-only (writes fail with EROFS).
+    #[arg(long)]
+    read_only: bool,
+    /// Directory for spilled dirty file content (default: the system temp dir).
+    #[arg(long)]
+    spill_dir: Option<PathBuf>,
+}
 
 fn main() {
-    eprintln!("curvine-fuse: not implemented yet (tracked by the FUSE issue)");
-    std::process::exit(2);
+    let args = Args::parse();
+    let conf = match ClusterConf::load_default(args.conf.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("curvine-fuse: {e}");
+            std::process::exit(2);
+        }
+    };
+    init_log(&conf);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .thread_name("curvine-fuse")
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("curvine-fuse: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = rt.block_on(run(args, conf)) {
+        error!("{e:#}");
+        eprintln!("curvine-fuse: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn init_log(conf: &ClusterConf) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&conf.log.level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+async fn run(args: Args, conf: ClusterConf) -> anyhow::Result<()> {
+    let mut fuse_conf = conf.fuse.clone();
+    if let Some(p) = args.fs_path {
+        fuse_conf.fs_path = p;
+    }
+    if args.read_only {
+        fuse_conf.read_only = true;
+    }
+    let mnt = args.mnt_path.unwrap_or_else(|| fuse_conf.mnt_path.clone());
+    let spill = args.spill_dir.unwrap_or_else(std::env::temp_dir);
+    let opts = MountOptions::from_conf(&fuse_conf, spill);
+
+    let mnt = curvine_fuse::prepare_mount_point(&mnt)?;
+    let fs = CurvineFs::connect(conf)
+        .await
+        .context("connect to the master")?;
+    let fuse = CurvineFuse::new(fs, opts)
+        .await
+        .with_context(|| format!("open {}", fuse_conf.fs_path))?;
+    let mut handle = curvine_fuse::mount(fuse, &mnt).await?;
+    {
+        let mnt = mnt.clone();
+        tokio::task::spawn_blocking(move || curvine_fuse::tune_read_ahead(&mnt));
+    }
+    info!(mnt = %mnt.display(), fs_path = %fuse_conf.fs_path, "curvine-fuse serving");
+
+    let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
+    let why = tokio::select! {
+        r = &mut handle => {
+            // unmounted from outside (fusermount3 -u / umount)
+            r.context("fuse session")?;
+            info!("unmounted externally");
+            return Ok(());
+        }
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    info!(signal = why, "unmounting");
+    match tokio::time::timeout(Duration::from_secs(20), handle.unmount()).await {
+        Ok(Ok(())) => info!("unmounted"),
+        Ok(Err(e)) => {
+            warn!(error = %e, "unmount failed (busy?), detaching lazily");
+            curvine_fuse::lazy_unmount(&mnt)?;
+        }
+        Err(_) => {
+            warn!("unmount timed out, detaching lazily");
+            curvine_fuse::lazy_unmount(&mnt)?;
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,201 @@
+//! Per-inode write state. Curvine files are written sequentially (blocks are immutable
+//! once committed), so the mount keeps, for every file open for writing:
+//!
+//! - `Clean`: Curvine holds the content; reads go to Curvine.
+//! - `Streaming`: an `FsWriter` at the end of the file. Writes at its position (or past
+//!   it: the gap is zero-filled) go straight to the workers — the fast path of
+//!   sequential writers (fio, cp, loaders, log appenders).
+//! - `Dirty`: any other write (overwrite, truncate to a middle, write then read) moves the
+//!   whole content into a `DirtyBuf`; reads are served from it and flush uploads it.
+//!
+//! Every state change that alters Curvine's copy bumps `gen`, so open readers reopen.
+
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use curvine_client::{CurvineFs, FsWriter};
+use curvine_common::FsResult;
+use tracing::debug;
+
+use crate::dirty::DirtyBuf;
+
+static ZEROS: [u8; 64 << 10] = [0u8; 64 << 10];
+
+pub enum Content {
+    Clean,
+    Streaming(Box<FsWriter>),
+    Dirty(DirtyBuf),
+}
+
+pub struct FileState {
+    pub content: Content,
+    /// Bumped whenever Curvine's copy of the file changes.
+    pub gen: u64,
+    /// Modification time of local (not yet flushed) changes.
+    pub mtime_ms: i64,
+    /// While streaming: the logical length when a truncate/fallocate extended the file
+    /// past the writer's position. The zeros are written only if the writer does not
+    /// get there itself (fio lays files out with fallocate, then writes them).
+    zero_tail: u64,
+    spill_dir: PathBuf,
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl FileState {
+    pub fn new(spill_dir: PathBuf) -> FileState {
+        FileState {
+            content: Content::Clean,
+            gen: 0,
+            mtime_ms: 0,
+            zero_tail: 0,
+            spill_dir,
+        }
+    }
+
+    pub fn is_clean(&self) -> bool {
+        matches!(self.content, Content::Clean)
+    }
+
+    /// The file's length as this mount sees it, when it differs from Curvine's.
+    pub fn local_len(&self) -> Option<u64> {
+        match &self.content {
+            Content::Clean => None,
+            Content::Streaming(w) => Some(w.pos().max(self.zero_tail)),
+            Content::Dirty(d) => Some(d.len()),
+        }
+    }
+
+    /// Start streaming with a writer the caller opened (create).
+    pub fn start_stream(&mut self, w: FsWriter) {
+        self.content = Content::Streaming(Box::new(w));
+        self.zero_tail = 0;
+        self.mtime_ms = now_ms();
+    }
+
+    /// Write `data` at `off` of the file at `path` (`fs` acts for the mount).
+    pub async fn write(
+        &mut self,
+        fs: &CurvineFs,
+        path: &str,
+        off: u64,
+        data: &[u8],
+    ) -> FsResult<()> {
+        self.mtime_ms = now_ms();
+        loop {
+            match &mut self.content {
+                Content::Streaming(w) => {
+                    let pos = w.pos();
+                    if off >= pos {
+                        write_zeros(w, off - pos).await?;
+                        return w.write(data).await;
+                    }
+                    // an overwrite: finish the stream, then edit the content
+                    self.close_stream().await?;
+                }
+                Content::Dirty(d) => return d.write_at(off, data),
+                Content::Clean => {
+                    let len = fs.stat(path).await?.len;
+                    if off >= len {
+                        debug!(path, len, "append stream");
+                        let w = fs.append(path).await?;
+                        self.start_stream(w);
+                    } else {
+                        debug!(path, off, len, "overwrite: loading the content");
+                        let d = DirtyBuf::load(fs, path, self.spill_dir.clone()).await?;
+                        self.content = Content::Dirty(d);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Serve a read from local state; `None` when Curvine's copy is current (read it).
+    /// A stream in progress is completed first so Curvine can serve what it wrote.
+    pub async fn read_local(&mut self, off: u64, size: usize) -> FsResult<Option<Vec<u8>>> {
+        if let Content::Streaming(_) = self.content {
+            self.close_stream().await?;
+        }
+        match &self.content {
+            Content::Dirty(d) => Ok(Some(d.read_at(off, size)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Set the file's length (truncate or extend with zeros).
+    pub async fn set_len(&mut self, fs: &CurvineFs, path: &str, len: u64) -> FsResult<()> {
+        self.mtime_ms = now_ms();
+        loop {
+            match &mut self.content {
+                Content::Dirty(d) => return d.set_len(len),
+                Content::Streaming(w) => {
+                    if len >= w.pos() {
+                        self.zero_tail = len;
+                        return Ok(());
+                    }
+                    self.close_stream().await?;
+                }
+                Content::Clean => {
+                    // shrinking is a master call; later writes at the end stream again
+                    let cur = fs.stat(path).await?.len;
+                    if len > cur {
+                        // extend lazily: zeros are streamed at flush unless written over
+                        let w = fs.append(path).await?;
+                        self.start_stream(w);
+                        self.zero_tail = len;
+                        return Ok(());
+                    }
+                    if len != cur {
+                        fs.truncate(path, len).await?;
+                        self.gen += 1;
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Make Curvine's copy current (flush, fsync, close).
+    pub async fn flush(&mut self, fs: &CurvineFs, path: &str) -> FsResult<()> {
+        match &self.content {
+            Content::Clean => Ok(()),
+            Content::Streaming(_) => self.close_stream().await,
+            Content::Dirty(d) => {
+                d.upload(fs, path).await?;
+                self.content = Content::Clean;
+                self.gen += 1;
+                Ok(())
+            }
+        }
+    }
+
+    async fn close_stream(&mut self) -> FsResult<()> {
+        if let Content::Streaming(w) = &mut self.content {
+            let gap = self.zero_tail.saturating_sub(w.pos());
+            self.zero_tail = 0;
+            let res = match write_zeros(w, gap).await {
+                Ok(()) => w.close().await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            // a failed writer is not retried: its error is the result of this flush
+            self.content = Content::Clean;
+            self.gen += 1;
+            res?;
+        }
+        Ok(())
+    }
+}
+
+async fn write_zeros(w: &mut FsWriter, mut n: u64) -> FsResult<()> {
+    while n > 0 {
+        let k = n.min(ZEROS.len() as u64) as usize;
+        w.write(&ZEROS[..k]).await?;
+        n -= k as u64;
+    }
+    Ok(())
+}

@@ -1,0 +1,363 @@
+//! `CurvineFuse`: the mount's state — inode table, per-inode write state, open file and
+//! directory handles — and the data operations (open, read, write, flush, release,
+//! truncate) that `ops.rs` routes FUSE requests to.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use curvine_client::{CurvineFs, FileStatus, FsError, FsReader};
+use fuse3::raw::prelude::{FileAttr, ReplyEntry};
+use fuse3::raw::Request;
+use fuse3::{Errno, Result};
+use tokio::sync::RwLock;
+use tracing::{debug, warn};
+
+use crate::attr::{apply_local, errno, to_attr};
+use crate::file::{Content, FileState};
+use crate::inodes::{InodeTable, NameError};
+
+/// What the mount was asked for (from `[fuse]` and the command line).
+#[derive(Debug, Clone)]
+pub struct MountOptions {
+    /// Curvine directory shown at the mount point.
+    pub fs_path: String,
+    pub read_only: bool,
+    pub attr_ttl: Duration,
+    pub entry_ttl: Duration,
+    pub negative_ttl: Duration,
+    pub max_write: u32,
+    pub writeback_cache: bool,
+    /// Where large dirty files spill (unlinked temp files).
+    pub spill_dir: PathBuf,
+}
+
+type StateRef = Arc<RwLock<FileState>>;
+
+struct Slot {
+    state: StateRef,
+    /// Open handles (plus in-flight setattr calls) on the inode.
+    opens: usize,
+}
+
+pub(crate) struct Handle {
+    pub ino: u64,
+    pub writable: bool,
+    /// The reader of Curvine's copy and the file generation it was opened at.
+    reader: tokio::sync::Mutex<Option<(u64, FsReader)>>,
+}
+
+pub struct CurvineFuse {
+    pub(crate) fs: CurvineFs,
+    pub(crate) opts: MountOptions,
+    pub(crate) inodes: InodeTable,
+    files: Mutex<HashMap<u64, Slot>>,
+    handles: Mutex<HashMap<u64, Arc<Handle>>>,
+    pub(crate) dirs: Mutex<HashMap<u64, Arc<Vec<FileStatus>>>>,
+    next_fh: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl CurvineFuse {
+    /// A mount of `opts.fs_path` (which must be a directory) on the cluster `fs`.
+    pub async fn new(fs: CurvineFs, opts: MountOptions) -> curvine_common::FsResult<CurvineFuse> {
+        let root = fs.stat(&opts.fs_path).await?;
+        if attr_kind_is_dir(&root) {
+            Ok(CurvineFuse {
+                inodes: InodeTable::new(root.path.clone(), root.id),
+                fs,
+                opts,
+                files: Mutex::new(HashMap::new()),
+                handles: Mutex::new(HashMap::new()),
+                dirs: Mutex::new(HashMap::new()),
+                next_fh: AtomicU64::new(1),
+            })
+        } else {
+            Err(FsError::NotADirectory { path: root.path })
+        }
+    }
+
+    /// The cluster acting as the caller of `req` (owner of what it creates; the master
+    /// checks its permissions).
+    pub(crate) fn caller(&self, req: &Request) -> CurvineFs {
+        self.fs.with_identity(req.uid, req.gid)
+    }
+
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        if self.opts.read_only {
+            Err(Errno::from(libc::EROFS))
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) fn path_of(&self, ino: u64) -> Result<String> {
+        self.inodes
+            .path(ino)
+            .ok_or_else(|| Errno::from(libc::ENOENT))
+    }
+
+    pub(crate) fn child_of(&self, parent: u64, name: &OsStr) -> Result<String> {
+        let name = name.to_str().ok_or_else(|| Errno::from(libc::EINVAL))?;
+        match self.inodes.child_path(parent, name) {
+            Ok(Some(p)) => Ok(p),
+            Ok(None) => Err(Errno::from(libc::ENOENT)),
+            Err(NameError::TooLong) => Err(Errno::from(libc::ENAMETOOLONG)),
+            Err(NameError::Invalid) => Err(Errno::from(libc::EINVAL)),
+        }
+    }
+
+    /// Attributes of `st`, with this mount's unflushed length and mtime.
+    pub(crate) async fn attr_of(&self, st: &FileStatus) -> FileAttr {
+        let ino = self.inodes.ino_of(st.id);
+        let mut attr = to_attr(st, ino);
+        if let Some(state) = self.state(ino) {
+            let s = state.read().await;
+            if let Some(len) = s.local_len() {
+                apply_local(&mut attr, len, s.mtime_ms);
+            }
+        }
+        attr
+    }
+
+    /// Attributes of the node `ino` at `path`. The local state is locked across the
+    /// master call so a concurrent flush cannot make the length go back.
+    pub(crate) async fn stat_attr(&self, fs: &CurvineFs, ino: u64, path: &str) -> Result<FileAttr> {
+        let state = self.state(ino);
+        let guard = match &state {
+            Some(s) => Some(s.read().await),
+            None => None,
+        };
+        let st = fs.lstat(path).await.map_err(|e| errno(&e))?;
+        let mut attr = to_attr(&st, self.inodes.ino_of(st.id));
+        if let Some(g) = &guard {
+            if let Some(len) = g.local_len() {
+                apply_local(&mut attr, len, g.mtime_ms);
+            }
+        }
+        Ok(attr)
+    }
+
+    /// A lookup reply for `st` found at `path`: the kernel now holds one more reference.
+    pub(crate) async fn entry(&self, st: &FileStatus, path: &str) -> ReplyEntry {
+        let attr = self.attr_of(st).await;
+        self.inodes.remember(attr.ino, path);
+        ReplyEntry {
+            ttl: self.opts.entry_ttl,
+            attr,
+            generation: 0,
+        }
+    }
+
+    // ---------- per-inode state and handles ----------
+
+    fn state(&self, ino: u64) -> Option<StateRef> {
+        lock(&self.files).get(&ino).map(|s| s.state.clone())
+    }
+
+    /// Take a reference on the inode's state (created clean if absent).
+    pub(crate) fn open_state(&self, ino: u64) -> StateRef {
+        let mut files = lock(&self.files);
+        let slot = files.entry(ino).or_insert_with(|| Slot {
+            state: Arc::new(RwLock::new(FileState::new(self.opts.spill_dir.clone()))),
+            opens: 0,
+        });
+        slot.opens += 1;
+        slot.state.clone()
+    }
+
+    /// Drop a reference; the state goes when unreferenced and clean.
+    pub(crate) async fn close_state(&self, ino: u64) {
+        let state = {
+            let mut files = lock(&self.files);
+            let Some(slot) = files.get_mut(&ino) else {
+                return;
+            };
+            slot.opens = slot.opens.saturating_sub(1);
+            if slot.opens > 0 {
+                return;
+            }
+            slot.state.clone()
+        };
+        // decide under the state lock so a concurrent open cannot lose local changes
+        let clean = state.read().await.is_clean();
+        if clean {
+            let mut files = lock(&self.files);
+            if let Some(slot) = files.get(&ino) {
+                if slot.opens == 0 && Arc::ptr_eq(&slot.state, &state) {
+                    files.remove(&ino);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn new_handle(&self, ino: u64, writable: bool) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let h = Arc::new(Handle {
+            ino,
+            writable,
+            reader: tokio::sync::Mutex::new(None),
+        });
+        lock(&self.handles).insert(fh, h);
+        fh
+    }
+
+    pub(crate) fn next_dir_fh(&self) -> u64 {
+        self.next_fh.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn handle(&self, fh: u64) -> Result<Arc<Handle>> {
+        lock(&self.handles)
+            .get(&fh)
+            .cloned()
+            .ok_or_else(|| Errno::from(libc::EBADF))
+    }
+
+    // ---------- data operations ----------
+
+    /// Open `ino` (a regular file) with open(2) `flags`; returns the handle.
+    pub(crate) async fn open_file(&self, ino: u64, flags: u32) -> Result<u64> {
+        let acc = flags as i32 & libc::O_ACCMODE;
+        let writable = acc != libc::O_RDONLY;
+        if writable {
+            self.check_writable()?;
+        }
+        let path = self.path_of(ino)?;
+        let state = self.open_state(ino);
+        if writable && flags as i32 & libc::O_TRUNC != 0 {
+            let res = state.write().await.set_len(&self.fs, &path, 0).await;
+            if let Err(e) = res {
+                self.close_state(ino).await;
+                return Err(errno(&e));
+            }
+        }
+        Ok(self.new_handle(ino, writable))
+    }
+
+    pub(crate) async fn read(&self, ino: u64, fh: u64, off: u64, size: u32) -> Result<Bytes> {
+        let h = self.handle(fh)?;
+        let path = self.path_of(ino)?;
+        let state = self.state(h.ino).ok_or_else(|| Errno::from(libc::EBADF))?;
+        let gen = loop {
+            {
+                let s = state.read().await;
+                match &s.content {
+                    Content::Clean => break s.gen,
+                    Content::Dirty(d) => {
+                        return d
+                            .read_at(off, size as usize)
+                            .map(Bytes::from)
+                            .map_err(|e| errno(&e))
+                    }
+                    Content::Streaming(_) => {}
+                }
+            }
+            let mut s = state.write().await;
+            match s.read_local(off, size as usize).await {
+                Ok(Some(data)) => return Ok(Bytes::from(data)),
+                Ok(None) => {}
+                Err(e) => return Err(errno(&e)),
+            }
+        };
+        let mut r = h.reader.lock().await;
+        let stale = !matches!(&*r, Some((g, _)) if *g == gen);
+        if stale {
+            let reader = self.fs.open(&path).await.map_err(|e| errno(&e))?;
+            *r = Some((gen, reader));
+        }
+        let Some((_, reader)) = r.as_mut() else {
+            return Err(Errno::from(libc::EIO));
+        };
+        let mut buf = vec![0u8; size as usize];
+        let n = reader.pread(off, &mut buf).await.map_err(|e| {
+            warn!(path, off, error = %e, "read failed");
+            errno(&e)
+        })?;
+        buf.truncate(n);
+        Ok(Bytes::from(buf))
+    }
+
+    pub(crate) async fn write(&self, ino: u64, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
+        self.check_writable()?;
+        let _ = self.handle(fh)?;
+        let path = self.path_of(ino)?;
+        let state = self.state(ino).ok_or_else(|| Errno::from(libc::EBADF))?;
+        let mut s = state.write().await;
+        s.write(&self.fs, &path, off, data).await.map_err(|e| {
+            warn!(path, off, len = data.len(), error = %e, "write failed");
+            errno(&e)
+        })?;
+        Ok(data.len() as u32)
+    }
+
+    /// Push local changes of `ino` to Curvine.
+    pub(crate) async fn flush_ino(&self, ino: u64) -> Result<()> {
+        let Some(state) = self.state(ino) else {
+            return Ok(());
+        };
+        if state.read().await.is_clean() {
+            return Ok(());
+        }
+        let path = self.path_of(ino)?;
+        let mut s = state.write().await;
+        s.flush(&self.fs, &path).await.map_err(|e| {
+            warn!(path, error = %e, "flush failed");
+            errno(&e)
+        })
+    }
+
+    pub(crate) async fn flush_handle(&self, ino: u64, fh: u64) -> Result<()> {
+        let h = self.handle(fh)?;
+        if h.writable {
+            self.flush_ino(ino).await
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) async fn release(&self, ino: u64, fh: u64) -> Result<()> {
+        // close(2) already flushed this handle's writes (FLUSH); the last release also
+        // pushes what arrived after it (writes of a shared mapping)
+        lock(&self.handles).remove(&fh);
+        let last = lock(&self.files).get(&ino).is_some_and(|s| s.opens <= 1);
+        let res = if last {
+            self.flush_ino(ino).await
+        } else {
+            Ok(())
+        };
+        self.close_state(ino).await;
+        res
+    }
+
+    /// truncate(2)/ftruncate(2): set the length of `ino`.
+    pub(crate) async fn set_len(&self, ino: u64, len: u64) -> Result<()> {
+        self.check_writable()?;
+        let path = self.path_of(ino)?;
+        let state = self.open_state(ino);
+        let res = state.write().await.set_len(&self.fs, &path, len).await;
+        self.close_state(ino).await;
+        res.map_err(|e| errno(&e))
+    }
+
+    /// Flush every file with local changes (unmount).
+    pub(crate) async fn flush_all(&self) {
+        let inos: Vec<u64> = lock(&self.files).keys().copied().collect();
+        for ino in inos {
+            if let Err(e) = self.flush_ino(ino).await {
+                warn!(ino, error = ?e, "flush at unmount failed");
+            }
+        }
+        debug!("all files flushed");
+    }
+}
+
+fn attr_kind_is_dir(st: &FileStatus) -> bool {
+    st.file_type == curvine_client::FileType::Dir as i32
+}

@@ -1,0 +1,33 @@
+//! Curvine's FUSE mount on the fuse3 crate: `CurvineFuse` serves a Curvine directory
+//! through the kernel with POSIX semantics. Sequential writes stream straight to the
+//! workers; other writes go through a per-file dirty buffer uploaded on flush.
+
+mod attr;
+mod dirty;
+mod file;
+mod fs;
+mod inodes;
+pub mod mount;
+mod ops;
+
+pub use fs::{CurvineFuse, MountOptions};
+pub use mount::{lazy_unmount, mount, prepare_mount_point, tune_read_ahead};
+
+use curvine_common::conf::FuseConf;
+use std::path::PathBuf;
+
+impl MountOptions {
+    /// Options from the `[fuse]` section; `spill_dir` holds large dirty files.
+    pub fn from_conf(c: &FuseConf, spill_dir: PathBuf) -> MountOptions {
+        MountOptions {
+            fs_path: c.fs_path.clone(),
+            read_only: c.read_only,
+            attr_ttl: c.attr_ttl.get(),
+            entry_ttl: c.entry_ttl.get(),
+            negative_ttl: c.negative_ttl.get(),
+            max_write: c.max_write.0.clamp(4096, 1 << 20) as u32,
+            writeback_cache: c.writeback_cache,
+            spill_dir,
+        }
+    }
+}

@@ -1,0 +1,678 @@
+//! The FUSE request handlers: namespace calls go to the master as the calling user,
+//! data calls to `CurvineFuse`'s per-inode state.
+
+use std::ffi::{OsStr, OsString};
+use std::num::NonZeroU32;
+
+use bytes::Bytes;
+use curvine_client::{CreateOptions, FsError, SetAttr as CvSetAttr};
+use fuse3::raw::prelude::*;
+use fuse3::{Errno, Inode, Result};
+use futures_util::stream::{self, Stream};
+use tracing::{debug, info};
+
+use crate::attr::{empty_attr, errno, kind, ms, permits};
+use crate::fs::CurvineFuse;
+use crate::inodes::ROOT_INO;
+
+const XATTR_LOCAL_NAMESPACES: [&str; 2] = ["security.", "system."];
+const RENAME_NOREPLACE: u32 = 1;
+const RENAME_EXCHANGE: u32 = 2;
+const FALLOC_FL_KEEP_SIZE: u32 = 1;
+
+fn e(err: FsError) -> Errno {
+    errno(&err)
+}
+
+fn xattr_reply(value: Vec<u8>, size: u32) -> Result<ReplyXAttr> {
+    if size == 0 {
+        Ok(ReplyXAttr::Size(value.len() as u32))
+    } else if value.len() > size as usize {
+        Err(Errno::from(libc::ERANGE))
+    } else {
+        Ok(ReplyXAttr::Data(Bytes::from(value)))
+    }
+}
+
+/// The kernel's readdir reply buffer (one page).
+const READDIR_BYTES: usize = 4096;
+
+/// Bytes one readdirplus entry takes in a reply (fuse_entry_out + fuse_dirent + name, 8-aligned).
+fn dirent_plus_size(name_len: usize) -> usize {
+    (128 + 24 + name_len).div_ceil(8) * 8
+}
+
+fn is_local_xattr(name: &str) -> bool {
+    XATTR_LOCAL_NAMESPACES.iter().any(|p| name.starts_with(p))
+}
+
+impl Filesystem for CurvineFuse {
+    async fn init(&self, _req: Request) -> Result<ReplyInit> {
+        let max_write = NonZeroU32::new(self.opts.max_write.max(4096)).unwrap_or(NonZeroU32::MIN);
+        let mut reply = ReplyInit::new(max_write);
+        reply.max_background = Some(64);
+        reply.congestion_threshold = Some(48);
+        info!(root = %self.opts.fs_path, "fuse session initialised");
+        Ok(reply)
+    }
+
+    async fn destroy(&self, _req: Request) {
+        self.flush_all().await;
+    }
+
+    async fn lookup(&self, req: Request, parent: Inode, name: &OsStr) -> Result<ReplyEntry> {
+        let path = self.child_of(parent, name)?;
+        match self.caller(&req).lstat(&path).await {
+            Ok(st) => Ok(self.entry(&st, &path).await),
+            Err(FsError::NotFound { .. }) if !self.opts.negative_ttl.is_zero() => Ok(ReplyEntry {
+                ttl: self.opts.negative_ttl,
+                attr: empty_attr(0, FileType::RegularFile),
+                generation: 0,
+            }),
+            Err(err) => Err(e(err)),
+        }
+    }
+
+    async fn forget(&self, _req: Request, inode: Inode, nlookup: u64) {
+        self.inodes.forget(inode, nlookup);
+    }
+
+    async fn batch_forget(&self, _req: Request, inodes: &[(Inode, u64)]) {
+        for (ino, n) in inodes {
+            self.inodes.forget(*ino, *n);
+        }
+    }
+
+    async fn getattr(
+        &self,
+        req: Request,
+        inode: Inode,
+        _fh: Option<u64>,
+        _flags: u32,
+    ) -> Result<ReplyAttr> {
+        let path = self.path_of(inode)?;
+        let attr = self.stat_attr(&self.caller(&req), inode, &path).await?;
+        Ok(ReplyAttr {
+            ttl: self.opts.attr_ttl,
+            attr,
+        })
+    }
+
+    async fn setattr(
+        &self,
+        req: Request,
+        inode: Inode,
+        _fh: Option<u64>,
+        set: SetAttr,
+    ) -> Result<ReplyAttr> {
+        self.check_writable()?;
+        let path = self.path_of(inode)?;
+        let fs = self.caller(&req);
+        if let Some(size) = set.size {
+            self.set_len(inode, size).await?;
+        }
+        let attrs = CvSetAttr {
+            mode: set.mode.map(|m| m & 0o7777),
+            uid: set.uid,
+            gid: set.gid,
+            mtime_ms: set.mtime.map(ms),
+            atime_ms: set.atime.map(ms),
+            replicas: None,
+        };
+        let st = if attrs == CvSetAttr::default() {
+            fs.lstat(&path).await.map_err(e)?
+        } else if let Some(link) = self.symlink_status(&fs, &path).await? {
+            // The master applies set_attr to a symlink's target; lchown/lutimes of the
+            // link itself are accepted and ignored rather than changing the target.
+            link
+        } else {
+            // local changes first, so their completion does not override the new times
+            self.flush_ino(inode).await?;
+            fs.set_attr(&path, attrs).await.map_err(e)?
+        };
+        Ok(ReplyAttr {
+            ttl: self.opts.attr_ttl,
+            attr: self.attr_of(&st).await,
+        })
+    }
+
+    async fn readlink(&self, req: Request, inode: Inode) -> Result<ReplyData> {
+        let path = self.path_of(inode)?;
+        let target = self.caller(&req).readlink(&path).await.map_err(e)?;
+        Ok(ReplyData {
+            data: Bytes::from(target.into_bytes()),
+        })
+    }
+
+    async fn symlink(
+        &self,
+        req: Request,
+        parent: Inode,
+        name: &OsStr,
+        link: &OsStr,
+    ) -> Result<ReplyEntry> {
+        self.check_writable()?;
+        let path = self.child_of(parent, name)?;
+        let target = link.to_str().ok_or_else(|| Errno::from(libc::EINVAL))?;
+        let st = self.caller(&req).symlink(target, &path).await.map_err(e)?;
+        Ok(self.entry(&st, &path).await)
+    }
+
+    async fn mknod(
+        &self,
+        req: Request,
+        parent: Inode,
+        name: &OsStr,
+        mode: u32,
+        _rdev: u32,
+    ) -> Result<ReplyEntry> {
+        self.check_writable()?;
+        let path = self.child_of(parent, name)?;
+        let fmt = mode & libc::S_IFMT;
+        if fmt != 0 && fmt != libc::S_IFREG {
+            // Curvine stores files, directories and symlinks only
+            return Err(Errno::from(libc::EPERM));
+        }
+        let fs = self.caller(&req);
+        let opts = CreateOptions {
+            exclusive: true,
+            create_parents: false,
+            mode: mode & 0o7777,
+            ..Default::default()
+        };
+        let mut w = fs.create_with(&path, opts).await.map_err(e)?;
+        let mut st = w.close().await.map_err(e)?;
+        if mode & 0o7777 == 0 {
+            st = fs
+                .set_attr(
+                    &path,
+                    CvSetAttr {
+                        mode: Some(0),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .map_err(e)?;
+        }
+        Ok(self.entry(&st, &path).await)
+    }
+
+    async fn mkdir(
+        &self,
+        req: Request,
+        parent: Inode,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+    ) -> Result<ReplyEntry> {
+        self.check_writable()?;
+        let path = self.child_of(parent, name)?;
+        let st = self
+            .caller(&req)
+            .mkdir_with_mode(&path, false, mode & 0o7777)
+            .await
+            .map_err(e)?;
+        Ok(self.entry(&st, &path).await)
+    }
+
+    async fn unlink(&self, req: Request, parent: Inode, name: &OsStr) -> Result<()> {
+        self.check_writable()?;
+        let path = self.child_of(parent, name)?;
+        self.caller(&req).delete(&path, false).await.map_err(e)?;
+        self.inodes.unlinked(&path);
+        Ok(())
+    }
+
+    async fn rmdir(&self, req: Request, parent: Inode, name: &OsStr) -> Result<()> {
+        self.check_writable()?;
+        let path = self.child_of(parent, name)?;
+        // the kernel has already refused rmdir of a non-directory (ENOTDIR)
+        self.caller(&req).delete(&path, false).await.map_err(e)?;
+        self.inodes.unlinked(&path);
+        Ok(())
+    }
+
+    async fn rename(
+        &self,
+        req: Request,
+        parent: Inode,
+        name: &OsStr,
+        new_parent: Inode,
+        new_name: &OsStr,
+    ) -> Result<()> {
+        self.rename2(req, parent, name, new_parent, new_name, 0)
+            .await
+    }
+
+    async fn rename2(
+        &self,
+        req: Request,
+        parent: Inode,
+        name: &OsStr,
+        new_parent: Inode,
+        new_name: &OsStr,
+        flags: u32,
+    ) -> Result<()> {
+        self.check_writable()?;
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 {
+            return Err(Errno::from(libc::EINVAL));
+        }
+        let src = self.child_of(parent, name)?;
+        let dst = self.child_of(new_parent, new_name)?;
+        self.caller(&req)
+            .rename_with_flags(&src, &dst, flags)
+            .await
+            .map_err(e)?;
+        self.inodes
+            .renamed(&src, &dst, flags & RENAME_EXCHANGE != 0);
+        Ok(())
+    }
+
+    async fn link(
+        &self,
+        req: Request,
+        inode: Inode,
+        new_parent: Inode,
+        new_name: &OsStr,
+    ) -> Result<ReplyEntry> {
+        self.check_writable()?;
+        let src = self.path_of(inode)?;
+        let dst = self.child_of(new_parent, new_name)?;
+        let fs = self.caller(&req);
+        fs.link(&src, &dst).await.map_err(e)?;
+        // the status of the shared inode, with its new link count
+        let st = fs.lstat(&dst).await.map_err(e)?;
+        Ok(self.entry(&st, &dst).await)
+    }
+
+    async fn open(&self, _req: Request, inode: Inode, flags: u32) -> Result<ReplyOpen> {
+        let fh = self.open_file(inode, flags).await?;
+        Ok(ReplyOpen { fh, flags: 0 })
+    }
+
+    async fn read(
+        &self,
+        _req: Request,
+        inode: Inode,
+        fh: u64,
+        offset: u64,
+        size: u32,
+    ) -> Result<ReplyData> {
+        let data = CurvineFuse::read(self, inode, fh, offset, size).await?;
+        Ok(ReplyData { data })
+    }
+
+    async fn write(
+        &self,
+        _req: Request,
+        inode: Inode,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+        _write_flags: u32,
+        _flags: u32,
+    ) -> Result<ReplyWrite> {
+        let written = CurvineFuse::write(self, inode, fh, offset, data).await?;
+        Ok(ReplyWrite { written })
+    }
+
+    async fn statfs(&self, _req: Request, _inode: Inode) -> Result<ReplyStatFs> {
+        let r = self.fs.report().await.map_err(e)?;
+        let bsize = 4096u64;
+        let free = r.capacity.saturating_sub(r.used) / bsize;
+        Ok(ReplyStatFs {
+            blocks: r.capacity / bsize,
+            bfree: free,
+            bavail: free,
+            files: r.files + r.dirs,
+            ffree: u64::from(u32::MAX),
+            bsize: bsize as u32,
+            namelen: 255,
+            frsize: bsize as u32,
+        })
+    }
+
+    async fn release(
+        &self,
+        _req: Request,
+        inode: Inode,
+        fh: u64,
+        _flags: u32,
+        _lock_owner: u64,
+        _flush: bool,
+    ) -> Result<()> {
+        CurvineFuse::release(self, inode, fh).await
+    }
+
+    async fn fsync(&self, _req: Request, inode: Inode, _fh: u64, _datasync: bool) -> Result<()> {
+        self.flush_ino(inode).await
+    }
+
+    async fn flush(&self, _req: Request, inode: Inode, fh: u64, _lock_owner: u64) -> Result<()> {
+        self.flush_handle(inode, fh).await
+    }
+
+    async fn setxattr(
+        &self,
+        req: Request,
+        inode: Inode,
+        name: &OsStr,
+        value: &[u8],
+        flags: u32,
+        _position: u32,
+    ) -> Result<()> {
+        self.check_writable()?;
+        let name = name.to_str().ok_or_else(|| Errno::from(libc::EINVAL))?;
+        if is_local_xattr(name) {
+            return Err(Errno::from(libc::EOPNOTSUPP));
+        }
+        let path = self.path_of(inode)?;
+        self.caller(&req)
+            .set_xattr(&path, name, value, flags)
+            .await
+            .map_err(e)
+    }
+
+    async fn getxattr(
+        &self,
+        req: Request,
+        inode: Inode,
+        name: &OsStr,
+        size: u32,
+    ) -> Result<ReplyXAttr> {
+        let name = name.to_str().ok_or_else(|| Errno::from(libc::EINVAL))?;
+        if is_local_xattr(name) {
+            // e.g. security.capability, asked before every write: answered here
+            return Err(Errno::from(libc::ENODATA));
+        }
+        let path = self.path_of(inode)?;
+        let value = self.caller(&req).get_xattr(&path, name).await.map_err(e)?;
+        xattr_reply(value, size)
+    }
+
+    async fn listxattr(&self, req: Request, inode: Inode, size: u32) -> Result<ReplyXAttr> {
+        let path = self.path_of(inode)?;
+        let names = self.caller(&req).list_xattr(&path).await.map_err(e)?;
+        let mut out = Vec::new();
+        for n in names {
+            out.extend_from_slice(n.as_bytes());
+            out.push(0);
+        }
+        xattr_reply(out, size)
+    }
+
+    async fn removexattr(&self, req: Request, inode: Inode, name: &OsStr) -> Result<()> {
+        self.check_writable()?;
+        let name = name.to_str().ok_or_else(|| Errno::from(libc::EINVAL))?;
+        if is_local_xattr(name) {
+            return Err(Errno::from(libc::ENODATA));
+        }
+        let path = self.path_of(inode)?;
+        self.caller(&req).remove_xattr(&path, name).await.map_err(e)
+    }
+
+    async fn opendir(&self, req: Request, inode: Inode, _flags: u32) -> Result<ReplyOpen> {
+        let path = self.path_of(inode)?;
+        let list = self.caller(&req).list(&path).await.map_err(e)?;
+        let fh = self.next_dir_fh();
+        self.dirs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(fh, std::sync::Arc::new(list));
+        Ok(ReplyOpen { fh, flags: 0 })
+    }
+
+    async fn readdir<'a>(
+        &'a self,
+        _req: Request,
+        parent: Inode,
+        fh: u64,
+        offset: i64,
+    ) -> Result<ReplyDirectory<impl Stream<Item = Result<DirectoryEntry>> + Send + 'a>> {
+        let list = self.dir_list(fh)?;
+        let mut out = Vec::new();
+        let dots = [(".", parent), ("..", ROOT_INO)];
+        for (i, (name, ino)) in dots.iter().enumerate() {
+            if (i as i64) >= offset {
+                out.push(Ok(DirectoryEntry {
+                    inode: *ino,
+                    kind: FileType::Directory,
+                    name: OsString::from(*name),
+                    offset: i as i64 + 1,
+                }));
+            }
+        }
+        for (i, st) in list.iter().enumerate() {
+            let idx = i as i64 + 2;
+            if idx >= offset {
+                out.push(Ok(DirectoryEntry {
+                    inode: self.inodes.ino_of(st.id),
+                    kind: kind(st),
+                    name: OsString::from(&st.name),
+                    offset: idx + 1,
+                }));
+            }
+        }
+        Ok(ReplyDirectory {
+            entries: stream::iter(out),
+        })
+    }
+
+    async fn readdirplus<'a>(
+        &'a self,
+        _req: Request,
+        parent: Inode,
+        fh: u64,
+        offset: u64,
+        _lock_owner: u64,
+    ) -> Result<ReplyDirectoryPlus<impl Stream<Item = Result<DirectoryEntryPlus>> + Send + 'a>>
+    {
+        let list = self.dir_list(fh)?;
+        let dir = self.path_of(parent)?;
+        let mut out = Vec::new();
+        let dots = [(".", parent), ("..", ROOT_INO)];
+        for (i, (name, ino)) in dots.iter().enumerate() {
+            if (i as u64) >= offset {
+                out.push(Ok(DirectoryEntryPlus {
+                    inode: *ino,
+                    generation: 0,
+                    kind: FileType::Directory,
+                    name: OsString::from(*name),
+                    offset: i as i64 + 1,
+                    attr: empty_attr(*ino, FileType::Directory),
+                    entry_ttl: std::time::Duration::ZERO,
+                    attr_ttl: std::time::Duration::ZERO,
+                }));
+            }
+        }
+        // Only what fits in one page-sized reply: every entry sent counts as a lookup,
+        // and the kernel asks again for the rest.
+        let mut room = READDIR_BYTES.saturating_sub(out.len() * dirent_plus_size(2));
+        for (i, st) in list
+            .iter()
+            .enumerate()
+            .skip(offset.saturating_sub(2) as usize)
+        {
+            let need = dirent_plus_size(st.name.len());
+            if need > room {
+                break;
+            }
+            room -= need;
+            let idx = i as i64 + 2;
+            let path = curvine_common::path::child(&dir, &st.name);
+            let attr = self.attr_of(st).await;
+            // counted like a lookup (the kernel references every entry it receives)
+            self.inodes.remember(attr.ino, &path);
+            out.push(Ok(DirectoryEntryPlus {
+                inode: attr.ino,
+                generation: 0,
+                kind: attr.kind,
+                name: OsString::from(&st.name),
+                offset: idx + 1,
+                attr,
+                entry_ttl: self.opts.entry_ttl,
+                attr_ttl: self.opts.attr_ttl,
+            }));
+        }
+        Ok(ReplyDirectoryPlus {
+            entries: stream::iter(out),
+        })
+    }
+
+    async fn releasedir(&self, _req: Request, _inode: Inode, fh: u64, _flags: u32) -> Result<()> {
+        self.dirs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fh);
+        Ok(())
+    }
+
+    async fn fsyncdir(
+        &self,
+        _req: Request,
+        _inode: Inode,
+        _fh: u64,
+        _datasync: bool,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    async fn access(&self, req: Request, inode: Inode, mask: u32) -> Result<()> {
+        let path = self.path_of(inode)?;
+        let st = self.caller(&req).lstat(&path).await.map_err(e)?;
+        if mask & 2 != 0 && self.opts.read_only {
+            return Err(Errno::from(libc::EROFS));
+        }
+        if permits(req.uid, req.gid, &st, mask & 7) {
+            Ok(())
+        } else {
+            Err(Errno::from(libc::EACCES))
+        }
+    }
+
+    async fn create(
+        &self,
+        req: Request,
+        parent: Inode,
+        name: &OsStr,
+        mode: u32,
+        flags: u32,
+    ) -> Result<ReplyCreated> {
+        self.check_writable()?;
+        let path = self.child_of(parent, name)?;
+        let fs = self.caller(&req);
+        let perm = mode & 0o7777;
+        let opts = CreateOptions {
+            exclusive: true,
+            create_parents: false,
+            mode: perm,
+            ..Default::default()
+        };
+        match fs.create_with(&path, opts).await {
+            Ok(w) => {
+                let mut st = w.status().clone();
+                if perm == 0 {
+                    st = fs
+                        .set_attr(
+                            &path,
+                            CvSetAttr {
+                                mode: Some(0),
+                                ..Default::default()
+                            },
+                        )
+                        .await
+                        .map_err(e)?;
+                }
+                let ino = self.inodes.ino_of(st.id);
+                let state = self.open_state(ino);
+                state.write().await.start_stream(w);
+                let acc = flags as i32 & libc::O_ACCMODE;
+                let fh = self.new_handle(ino, acc != libc::O_RDONLY);
+                let entry = self.entry(&st, &path).await;
+                debug!(path, ino, "created");
+                Ok(ReplyCreated {
+                    ttl: entry.ttl,
+                    attr: entry.attr,
+                    generation: 0,
+                    fh,
+                    flags: 0,
+                })
+            }
+            Err(FsError::AlreadyExists { .. }) if flags as i32 & libc::O_EXCL == 0 => {
+                // O_CREAT on an existing file: open it
+                let st = fs.lstat(&path).await.map_err(e)?;
+                if kind(&st) == FileType::Directory {
+                    return Err(Errno::from(libc::EISDIR));
+                }
+                let entry = self.entry(&st, &path).await;
+                let fh = match self.open_file(entry.attr.ino, flags).await {
+                    Ok(fh) => fh,
+                    Err(err) => {
+                        self.inodes.forget(entry.attr.ino, 1);
+                        return Err(err);
+                    }
+                };
+                let attr = self.attr_of(&st).await;
+                Ok(ReplyCreated {
+                    ttl: entry.ttl,
+                    attr,
+                    generation: 0,
+                    fh,
+                    flags: 0,
+                })
+            }
+            Err(err) => Err(e(err)),
+        }
+    }
+
+    async fn interrupt(&self, _req: Request, _unique: u64) -> Result<()> {
+        Ok(())
+    }
+
+    async fn fallocate(
+        &self,
+        _req: Request,
+        inode: Inode,
+        _fh: u64,
+        offset: u64,
+        length: u64,
+        mode: u32,
+    ) -> Result<()> {
+        self.check_writable()?;
+        if mode & !FALLOC_FL_KEEP_SIZE != 0 {
+            return Err(Errno::from(libc::EOPNOTSUPP));
+        }
+        if mode & FALLOC_FL_KEEP_SIZE != 0 {
+            return Ok(());
+        }
+        let path = self.path_of(inode)?;
+        let end = offset + length;
+        let st = self.fs.lstat(&path).await.map_err(e)?;
+        let cur = self.attr_of(&st).await.size;
+        if end > cur {
+            self.set_len(inode, end).await?;
+        }
+        Ok(())
+    }
+}
+
+impl CurvineFuse {
+    /// The status of `path` when it is a symlink.
+    async fn symlink_status(
+        &self,
+        fs: &curvine_client::CurvineFs,
+        path: &str,
+    ) -> Result<Option<curvine_client::FileStatus>> {
+        let st = fs.lstat(path).await.map_err(e)?;
+        Ok((kind(&st) == FileType::Symlink).then_some(st))
+    }
+
+    fn dir_list(&self, fh: u64) -> Result<std::sync::Arc<Vec<curvine_client::FileStatus>>> {
+        self.dirs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh)
+            .cloned()
+            .ok_or_else(|| Errno::from(libc::EBADF))
+    }
+}

@@ -1,0 +1,120 @@
+//! Daemon lifecycle: SIGTERM unmounts cleanly; after kill -9 the dead mount is detected
+//! and replaced by the next start; --read-only refuses writes with EROFS.
+
+#![allow(unsafe_code)]
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::Duration;
+
+use common::{errno_of, is_mounted, shared, spawn_daemon, wait_for};
+
+/// A daemon of this test; stopped (and its mount detached) even when the test fails.
+struct Daemon {
+    child: Option<Child>,
+    mnt: PathBuf,
+}
+
+impl Daemon {
+    fn start(mnt: &Path, args: &[&str]) -> Daemon {
+        let child = spawn_daemon(&shared().conf_file, mnt, args);
+        let d = Daemon {
+            child: Some(child),
+            mnt: mnt.to_path_buf(),
+        };
+        assert!(
+            wait_for(Duration::from_secs(20), || is_mounted(mnt)
+                && fs::read_dir(mnt).is_ok()),
+            "no mount at {}",
+            mnt.display()
+        );
+        d
+    }
+
+    fn signal(&self, sig: i32) {
+        if let Some(c) = &self.child {
+            // SAFETY: a signal to our own child.
+            unsafe {
+                libc::kill(c.id() as i32, sig);
+            }
+        }
+    }
+
+    fn wait(&mut self) -> Option<std::process::ExitStatus> {
+        let mut c = self.child.take()?;
+        for _ in 0..1000 {
+            if let Ok(Some(st)) = c.try_wait() {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        c.wait().ok()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.signal(libc::SIGTERM);
+            self.wait();
+        }
+        if is_mounted(&self.mnt) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.mnt)
+                .status();
+        }
+    }
+}
+
+fn fresh_mount_point(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let t = tempfile::tempdir().unwrap();
+    let mnt = t.path().join(name);
+    fs::create_dir(&mnt).unwrap();
+    (t, mnt)
+}
+
+#[test]
+fn sigterm_unmounts_and_kill_9_leaves_a_replaceable_mount() {
+    let (_t, mnt) = fresh_mount_point("m");
+    let mut d = Daemon::start(&mnt, &[]);
+    fs::create_dir_all(mnt.join("lifecycle")).unwrap();
+    fs::write(mnt.join("lifecycle/f"), b"survives").unwrap();
+
+    d.signal(libc::SIGKILL);
+    d.wait();
+    let err = fs::read_dir(&mnt).unwrap_err();
+    assert_eq!(
+        errno_of(&err),
+        libc::ENOTCONN,
+        "a dead mount is left behind"
+    );
+
+    let mut d = Daemon::start(&mnt, &[]);
+    assert_eq!(fs::read(mnt.join("lifecycle/f")).unwrap(), b"survives");
+
+    d.signal(libc::SIGTERM);
+    let st = d.wait().expect("daemon exit status");
+    assert!(st.success(), "clean exit on SIGTERM: {st:?}");
+    assert!(!is_mounted(&mnt), "unmounted on SIGTERM");
+}
+
+#[test]
+fn read_only_mount_refuses_writes() {
+    let (_t, mnt) = fresh_mount_point("ro");
+    fs::create_dir_all(shared().mnt.join("ro-src")).unwrap();
+    fs::write(shared().mnt.join("ro-src/f"), b"ro").unwrap();
+    let _d = Daemon::start(&mnt, &["--read-only", "--fs-path", "/ro-src"]);
+    assert_eq!(fs::read(mnt.join("f")).unwrap(), b"ro");
+    let err = fs::write(mnt.join("g"), b"x").unwrap_err();
+    assert_eq!(errno_of(&err), libc::EROFS);
+    let err = fs::OpenOptions::new()
+        .write(true)
+        .open(mnt.join("f"))
+        .unwrap_err();
+    assert_eq!(errno_of(&err), libc::EROFS);
+}

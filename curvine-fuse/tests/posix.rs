@@ -1,0 +1,527 @@
+//! POSIX behaviour through a real mount: data (sequential, append, truncate, random
+//! writes compared with a local file), namespace calls, attributes, xattrs, directory
+//! listing, errnos and permissions as an unprivileged user.
+
+#![allow(unsafe_code)]
+
+mod common;
+
+use std::ffi::CString;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use common::{data, errno_of, sh, sh_as_nobody, shared, test_dir};
+use rand::{Rng, SeedableRng};
+
+fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).expect("no NUL in path")
+}
+
+fn curvine_read(path: &str) -> Vec<u8> {
+    let s = shared();
+    s.rt.block_on(s.fs.read_file(path))
+        .expect("read through the client")
+}
+
+#[test]
+fn write_then_read_back_and_through_the_client() {
+    let (dir, cv) = test_dir("rw");
+    let body = data(3 << 20 | 123, 1);
+    fs::write(dir.join("f"), &body).unwrap();
+    assert_eq!(
+        fs::metadata(dir.join("f")).unwrap().len(),
+        body.len() as u64
+    );
+    assert_eq!(fs::read(dir.join("f")).unwrap(), body);
+    // close-to-open: the native client sees the closed file
+    assert_eq!(curvine_read(&format!("{cv}/f")), body);
+    // empty file
+    File::create(dir.join("empty")).unwrap();
+    assert_eq!(fs::read(dir.join("empty")).unwrap(), b"");
+}
+
+#[test]
+fn append_mode_and_o_trunc() {
+    let (dir, _) = test_dir("append");
+    let p = dir.join("log");
+    for i in 0..5 {
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&p)
+            .unwrap();
+        writeln!(f, "line {i}").unwrap();
+    }
+    assert_eq!(
+        fs::read_to_string(&p).unwrap(),
+        "line 0\nline 1\nline 2\nline 3\nline 4\n"
+    );
+    let mut f = OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    f.write_all(b"short").unwrap();
+    drop(f);
+    assert_eq!(fs::read(&p).unwrap(), b"short");
+    // O_TRUNC without a write empties the file
+    OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().len(), 0);
+}
+
+#[test]
+fn o_excl_and_create_existing() {
+    let (dir, _) = test_dir("excl");
+    let p = dir.join("x");
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&p)
+        .unwrap();
+    let err = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&p)
+        .unwrap_err();
+    assert_eq!(errno_of(&err), libc::EEXIST);
+    fs::write(&p, b"abc").unwrap();
+    // O_CREAT without O_EXCL opens the existing file, keeping its content
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&p)
+        .unwrap();
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "abc");
+}
+
+#[test]
+fn read_sees_unclosed_writes_of_another_handle() {
+    let (dir, _) = test_dir("raw");
+    let p = dir.join("f");
+    let mut w = File::create(&p).unwrap();
+    w.write_all(b"hello ").unwrap();
+    let mut r = File::open(&p).unwrap();
+    let mut s = String::new();
+    r.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "hello ");
+    w.write_all(b"world").unwrap();
+    // overwrite in place through the writer, then read through a new handle
+    w.write_all_at(b"J", 0).unwrap();
+    assert_eq!(fs::read(&p).unwrap(), b"Jello world");
+    assert_eq!(fs::metadata(&p).unwrap().len(), 11);
+    drop(w);
+    assert_eq!(fs::read(&p).unwrap(), b"Jello world");
+}
+
+/// Random writes (inside, across and past the end), reads and truncates on the mount and
+/// on a local file; every read and the final content must match byte for byte.
+#[test]
+fn random_workload_matches_a_local_file() {
+    let (dir, cv) = test_dir("random");
+    let local_dir = tempfile::tempdir().unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mp = dir.join("f");
+    let lp = local_dir.path().join("f");
+    let initial = data(300_000, 3);
+    fs::write(&mp, &initial).unwrap();
+    fs::write(&lp, &initial).unwrap();
+    for round in 0..4 {
+        let mut m = OpenOptions::new().read(true).write(true).open(&mp).unwrap();
+        let mut l = OpenOptions::new().read(true).write(true).open(&lp).unwrap();
+        for step in 0..60 {
+            let len = l.metadata().unwrap().len();
+            match rng.gen_range(0..10) {
+                0..=4 => {
+                    let off = rng.gen_range(0..len + 70_000);
+                    let n = rng.gen_range(1..40_000);
+                    let buf = data(n, round * 1000 + step);
+                    m.write_all_at(&buf, off).unwrap();
+                    l.write_all_at(&buf, off).unwrap();
+                }
+                5..=7 => {
+                    let off = rng.gen_range(0..len + 10);
+                    let n = rng.gen_range(1..100_000);
+                    let mut a = vec![0u8; n];
+                    let mut b = vec![0u8; n];
+                    let ka = m.read_at(&mut a, off).unwrap();
+                    let kb = l.read_at(&mut b, off).unwrap();
+                    assert_eq!(ka, kb, "read length at {off} (round {round} step {step})");
+                    assert!(
+                        a[..ka] == b[..kb],
+                        "read content at {off} (round {round} step {step})"
+                    );
+                }
+                8 => {
+                    let n = rng.gen_range(0..len + 50_000);
+                    m.set_len(n).unwrap();
+                    l.set_len(n).unwrap();
+                }
+                _ => {
+                    // sequential append at the end
+                    let buf = data(rng.gen_range(1..200_000), step);
+                    m.seek(SeekFrom::End(0)).unwrap();
+                    l.seek(SeekFrom::End(0)).unwrap();
+                    m.write_all(&buf).unwrap();
+                    l.write_all(&buf).unwrap();
+                }
+            }
+            assert_eq!(m.metadata().unwrap().len(), l.metadata().unwrap().len());
+        }
+        if round % 2 == 0 {
+            m.sync_all().unwrap();
+        }
+    }
+    let want = fs::read(&lp).unwrap();
+    assert!(
+        fs::read(&mp).unwrap() == want,
+        "final content through the mount"
+    );
+    assert!(
+        curvine_read(&format!("{cv}/f")) == want,
+        "final content in Curvine"
+    );
+}
+
+#[test]
+fn sparse_write_past_the_end_reads_zeros() {
+    let (dir, _) = test_dir("sparse");
+    let p = dir.join("f");
+    let f = File::create(&p).unwrap();
+    f.write_all_at(b"end", 5_000_000).unwrap();
+    drop(f);
+    let got = fs::read(&p).unwrap();
+    assert_eq!(got.len(), 5_000_003);
+    assert!(got[..5_000_000].iter().all(|b| *b == 0));
+    assert_eq!(&got[5_000_000..], b"end");
+    // extend with truncate
+    let f = OpenOptions::new().write(true).open(&p).unwrap();
+    f.set_len(5_000_010).unwrap();
+    drop(f);
+    let got = fs::read(&p).unwrap();
+    assert_eq!(&got[5_000_000..], b"end\0\0\0\0\0\0\0");
+}
+
+#[test]
+fn namespace_calls_and_errnos() {
+    let (dir, _) = test_dir("ns");
+    fs::create_dir(dir.join("d")).unwrap();
+    fs::write(dir.join("d/f"), b"x").unwrap();
+    let err = fs::create_dir(dir.join("d")).unwrap_err();
+    assert_eq!(errno_of(&err), libc::EEXIST);
+    let err = File::open(dir.join("missing")).unwrap_err();
+    assert_eq!(errno_of(&err), libc::ENOENT);
+    let err = fs::create_dir(dir.join("d/f/sub")).unwrap_err();
+    assert_eq!(errno_of(&err), libc::ENOTDIR);
+    let err = OpenOptions::new()
+        .write(true)
+        .open(dir.join("d"))
+        .unwrap_err();
+    assert_eq!(errno_of(&err), libc::EISDIR);
+    let err = fs::remove_dir(dir.join("d")).unwrap_err();
+    assert_eq!(errno_of(&err), libc::ENOTEMPTY);
+    let err = fs::remove_dir(dir.join("d/f")).unwrap_err();
+    assert_eq!(errno_of(&err), libc::ENOTDIR);
+    let err = fs::remove_file(dir.join("d")).unwrap_err();
+    assert_eq!(errno_of(&err), libc::EISDIR);
+    let long = "n".repeat(256);
+    let err = fs::write(dir.join(&long), b"x").unwrap_err();
+    assert_eq!(errno_of(&err), libc::ENAMETOOLONG);
+    let ok = "n".repeat(255);
+    fs::write(dir.join(&ok), b"x").unwrap();
+    assert_eq!(fs::read(dir.join(&ok)).unwrap(), b"x");
+
+    fs::rename(dir.join("d/f"), dir.join("g")).unwrap();
+    assert!(!dir.join("d/f").exists());
+    assert_eq!(fs::read(dir.join("g")).unwrap(), b"x");
+    // rename a directory with content, then use the new paths
+    fs::write(dir.join("d/inner"), b"in").unwrap();
+    fs::rename(dir.join("d"), dir.join("e")).unwrap();
+    assert_eq!(fs::read(dir.join("e/inner")).unwrap(), b"in");
+    fs::remove_file(dir.join("e/inner")).unwrap();
+    fs::remove_dir(dir.join("e")).unwrap();
+    assert!(!dir.join("e").exists());
+}
+
+fn renameat2(from: &Path, to: &Path, flags: u32) -> std::io::Result<()> {
+    let (a, b) = (cpath(from), cpath(to));
+    // SAFETY: valid NUL-terminated paths; AT_FDCWD.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            flags,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[test]
+fn rename_noreplace_and_exchange() {
+    let (dir, _) = test_dir("rename2");
+    fs::write(dir.join("a"), b"A").unwrap();
+    fs::write(dir.join("b"), b"B").unwrap();
+    let err = renameat2(&dir.join("a"), &dir.join("b"), libc::RENAME_NOREPLACE).unwrap_err();
+    assert_eq!(errno_of(&err), libc::EEXIST);
+    renameat2(&dir.join("a"), &dir.join("b"), libc::RENAME_EXCHANGE).unwrap();
+    assert_eq!(fs::read(dir.join("a")).unwrap(), b"B");
+    assert_eq!(fs::read(dir.join("b")).unwrap(), b"A");
+    renameat2(&dir.join("a"), &dir.join("c"), libc::RENAME_NOREPLACE).unwrap();
+    assert_eq!(fs::read(dir.join("c")).unwrap(), b"B");
+    // plain rename replaces
+    fs::rename(dir.join("c"), dir.join("b")).unwrap();
+    assert_eq!(fs::read(dir.join("b")).unwrap(), b"B");
+    assert!(!dir.join("c").exists());
+}
+
+#[test]
+fn symlink_readlink_and_hard_link() {
+    let (dir, _) = test_dir("links");
+    fs::write(dir.join("t"), b"target").unwrap();
+    std::os::unix::fs::symlink("t", dir.join("s")).unwrap();
+    assert_eq!(fs::read_link(dir.join("s")).unwrap(), Path::new("t"));
+    assert!(fs::symlink_metadata(dir.join("s"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(fs::read(dir.join("s")).unwrap(), b"target");
+    fs::hard_link(dir.join("t"), dir.join("h")).unwrap();
+    assert_eq!(fs::metadata(dir.join("t")).unwrap().nlink(), 2);
+    assert_eq!(
+        fs::metadata(dir.join("t")).unwrap().ino(),
+        fs::metadata(dir.join("h")).unwrap().ino()
+    );
+    fs::remove_file(dir.join("t")).unwrap();
+    assert_eq!(fs::read(dir.join("h")).unwrap(), b"target");
+}
+
+#[test]
+fn chmod_chown_utimens() {
+    let (dir, _) = test_dir("attrs");
+    let p = dir.join("f");
+    fs::write(&p, b"x").unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o4750)).unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o4750);
+    std::os::unix::fs::chown(&p, Some(1234), Some(5678)).unwrap();
+    let m = fs::metadata(&p).unwrap();
+    assert_eq!((m.uid(), m.gid()), (1234, 5678));
+    let c = cpath(&p);
+    let times = [
+        libc::timespec {
+            tv_sec: 1_000_000,
+            tv_nsec: 0,
+        },
+        libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+    ];
+    // SAFETY: valid path and two timespecs.
+    assert_eq!(
+        unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) },
+        0
+    );
+    let m = fs::metadata(&p).unwrap();
+    assert_eq!(m.atime(), 1_000_000);
+    assert!(m.mtime() > 1_600_000_000, "mtime untouched by UTIME_OMIT");
+    let times = [
+        libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        libc::timespec {
+            tv_sec: 2_000_000,
+            tv_nsec: 500_000_000,
+        },
+    ];
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) },
+        0
+    );
+    let m = fs::metadata(&p).unwrap();
+    assert_eq!(m.mtime(), 2_000_000);
+    assert_eq!(m.mtime_nsec(), 500_000_000);
+    assert_eq!(m.atime(), 1_000_000);
+    // futimens on a file still being written keeps the times past close (cp -p does this)
+    let q = dir.join("g");
+    let f = File::create(&q).unwrap();
+    (&f).write_all(b"data").unwrap();
+    f.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(3_000_000))
+        .unwrap();
+    drop(f);
+    let m = fs::metadata(&q).unwrap();
+    assert_eq!(m.mtime(), 3_000_000);
+    assert_eq!(m.len(), 4);
+}
+
+#[test]
+fn statfs_reports_capacity() {
+    let s = shared();
+    let c = cpath(&s.mnt);
+    // SAFETY: zeroed statvfs is a valid out-parameter.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid path and out-parameter.
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    assert!(st.f_blocks > 0, "capacity is reported");
+    assert!(st.f_bfree <= st.f_blocks);
+    assert_eq!(st.f_namemax, 255);
+}
+
+fn xattr_get(p: &Path, name: &str) -> std::io::Result<Vec<u8>> {
+    let (c, n) = (cpath(p), CString::new(name).unwrap());
+    let mut buf = vec![0u8; 256];
+    // SAFETY: valid strings and buffer.
+    let r = unsafe { libc::getxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    buf.truncate(r as usize);
+    Ok(buf)
+}
+
+#[test]
+fn xattrs_set_get_list_remove() {
+    let (dir, _) = test_dir("xattr");
+    let p = dir.join("f");
+    fs::write(&p, b"x").unwrap();
+    let (c, n) = (cpath(&p), CString::new("user.color").unwrap());
+    // SAFETY: valid strings and value.
+    let r = unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), b"blue".as_ptr().cast(), 4, 0) };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    assert_eq!(xattr_get(&p, "user.color").unwrap(), b"blue");
+    // SAFETY: as above; XATTR_CREATE on an existing name fails.
+    let r = unsafe {
+        libc::setxattr(
+            c.as_ptr(),
+            n.as_ptr(),
+            b"red".as_ptr().cast(),
+            3,
+            libc::XATTR_CREATE,
+        )
+    };
+    assert_eq!(r, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EEXIST)
+    );
+    let mut buf = vec![0u8; 256];
+    // SAFETY: valid path and buffer.
+    let r = unsafe { libc::listxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(r > 0);
+    assert_eq!(&buf[..r as usize], b"user.color\0");
+    // SAFETY: valid strings.
+    assert_eq!(unsafe { libc::removexattr(c.as_ptr(), n.as_ptr()) }, 0);
+    let err = xattr_get(&p, "user.color").unwrap_err();
+    assert_eq!(errno_of(&err), libc::ENODATA);
+}
+
+#[test]
+fn readdir_and_ls() {
+    let (dir, _) = test_dir("list");
+    for i in 0..120 {
+        fs::write(dir.join(format!("file-{i:03}")), format!("{i}")).unwrap();
+    }
+    fs::create_dir(dir.join("sub")).unwrap();
+    let mut names: Vec<String> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 121);
+    assert_eq!(names[0], "file-000");
+    assert_eq!(names[120], "sub");
+    let out = sh(&dir, "ls -la");
+    assert!(out.contains("file-119"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with('d') && l.ends_with(" sub")),
+        "{out}"
+    );
+    assert!(out.lines().any(|l| l.ends_with(" .")), "{out}");
+}
+
+#[test]
+fn fallocate_extends() {
+    let (dir, _) = test_dir("falloc");
+    let f = File::create(dir.join("f")).unwrap();
+    f.write_all_at(b"ab", 0).unwrap();
+    let c = cpath(&dir.join("f"));
+    let _ = c;
+    // SAFETY: valid fd.
+    let r = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, 4096) };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    drop(f);
+    let got = fs::read(dir.join("f")).unwrap();
+    assert_eq!(got.len(), 4096);
+    assert_eq!(&got[..2], b"ab");
+}
+
+#[test]
+fn permissions_for_an_unprivileged_user() {
+    let (dir, _) = test_dir("perm");
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(dir.join("secret"), b"s").unwrap();
+    fs::set_permissions(dir.join("secret"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::write(dir.join("public"), b"p").unwrap();
+    fs::set_permissions(dir.join("public"), fs::Permissions::from_mode(0o644)).unwrap();
+    fs::create_dir(dir.join("open")).unwrap();
+    fs::set_permissions(dir.join("open"), fs::Permissions::from_mode(0o777)).unwrap();
+    fs::create_dir(dir.join("sticky")).unwrap();
+    fs::set_permissions(dir.join("sticky"), fs::Permissions::from_mode(0o1777)).unwrap();
+    fs::write(dir.join("sticky/roots"), b"r").unwrap();
+
+    let (ok, out) = sh_as_nobody(&dir, "cat secret");
+    assert!(!ok && out.contains("Permission denied"), "{out}");
+    let (ok, out) = sh_as_nobody(&dir, "cat public");
+    assert!(ok && out == "p", "{out}");
+    let (ok, out) = sh_as_nobody(&dir, "echo x >> public");
+    assert!(!ok && out.contains("Permission denied"), "{out}");
+    let (ok, out) = sh_as_nobody(&dir, "touch new");
+    assert!(!ok && out.contains("Permission denied"), "{out}");
+    let (ok, out) = sh_as_nobody(&dir, "echo mine > open/mine && chmod 600 open/mine");
+    assert!(ok, "{out}");
+    let m = fs::metadata(dir.join("open/mine")).unwrap();
+    assert_eq!((m.uid(), m.gid(), m.mode() & 0o777), (65534, 65534, 0o600));
+    let (ok, out) = sh_as_nobody(&dir, "rm -f sticky/roots");
+    assert!(!ok, "sticky directory protects root's file: {out}");
+    assert!(dir.join("sticky/roots").exists());
+    let (ok, out) = sh_as_nobody(&dir, "chmod 777 public");
+    assert!(!ok && out.contains("Operation not permitted"), "{out}");
+}
+
+/// fio's pattern: create, fallocate the full size, write from the start; an unwritten
+/// tail reads back as zeros.
+#[test]
+fn fallocate_then_sequential_write() {
+    let (dir, cv) = test_dir("layout");
+    let f = File::create(dir.join("f")).unwrap();
+    // SAFETY: valid fd.
+    let r = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, 3 << 20) };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    assert_eq!(f.metadata().unwrap().len(), 3 << 20);
+    let body = data(2 << 20, 11);
+    (&f).write_all(&body).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 3 << 20);
+    drop(f);
+    let got = curvine_read(&format!("{cv}/f"));
+    assert_eq!(got.len(), 3 << 20);
+    assert!(got[..2 << 20] == body[..]);
+    assert!(got[2 << 20..].iter().all(|b| *b == 0));
+}
