@@ -50,15 +50,44 @@ pub(crate) struct BlockWriter {
     frame_crcs: Vec<u32>,
     /// A short last chunk was written; nothing may follow it.
     ended_partial: bool,
+    /// The replica whose stream failed, once one did.
+    failed: Option<u32>,
 }
+
+/// A failed block write and the worker to blame, when one is known.
+pub(crate) type Traced<T> = Result<T, (FsError, Option<u32>)>;
 
 impl BlockWriter {
     /// Open the block on every location; any failure fails the whole open (streams
     /// already opened are dropped, which aborts them on their workers).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) async fn open(
         pool: &WorkerPool,
         block: &LocatedBlock,
         opts: &BlockWriteOpts,
+    ) -> FsResult<BlockWriter> {
+        Self::open_traced(pool, block, opts)
+            .await
+            .map_err(|(e, _)| e)
+    }
+
+    /// `open`, naming the worker that failed.
+    pub(crate) async fn open_traced(
+        pool: &WorkerPool,
+        block: &LocatedBlock,
+        opts: &BlockWriteOpts,
+    ) -> Traced<BlockWriter> {
+        let mut current = None;
+        Self::open_inner(pool, block, opts, &mut current)
+            .await
+            .map_err(|e| (e, current))
+    }
+
+    async fn open_inner(
+        pool: &WorkerPool,
+        block: &LocatedBlock,
+        opts: &BlockWriteOpts,
+        current: &mut Option<u32>,
     ) -> FsResult<BlockWriter> {
         if block.locations.is_empty() {
             return Err(FsError::Unavailable {
@@ -72,6 +101,7 @@ impl BlockWriter {
         let mut chunk_size = None;
         let mut scratch = BytesMut::new();
         for loc in &block.locations {
+            *current = Some(loc.worker_id);
             let addr_pb = loc.address.clone().unwrap_or_default();
             let addr = worker_addr(&addr_pb);
             let sc = opts.short_circuit && is_local_host(&addr_pb.host, &opts.client_host);
@@ -130,11 +160,21 @@ impl BlockWriter {
             all_crcs: Vec::new(),
             frame_crcs: Vec::new(),
             ended_partial: false,
+            failed: None,
         })
     }
 
     pub(crate) fn chunk_size(&self) -> usize {
         self.chunk_size
+    }
+
+    /// The worker whose stream failed, if one did.
+    pub(crate) fn failed_worker(&self) -> Option<u32> {
+        self.failed
+    }
+
+    pub(crate) fn block_id(&self) -> u64 {
+        self.block_id
     }
 
     #[cfg(test)]
@@ -165,14 +205,19 @@ impl BlockWriter {
             match &mut r.sink {
                 Sink::Remote => {
                     if let Err(e) = r.conn.send(&h, data).await {
+                        self.failed = Some(r.worker_id);
                         return Err(r.conn.error_after_send_failure(e).await);
                     }
                 }
                 Sink::ShortCircuit { file, path } => {
                     any_sc = true;
-                    file.write_all(data).map_err(|e| {
-                        FsError::io_ctx(format!("write short-circuit file {}", path.display()), e)
-                    })?;
+                    if let Err(e) = file.write_all(data) {
+                        self.failed = Some(r.worker_id);
+                        return Err(FsError::io_ctx(
+                            format!("write short-circuit file {}", path.display()),
+                            e,
+                        ));
+                    }
                 }
             }
         }
@@ -186,7 +231,13 @@ impl BlockWriter {
     }
 
     /// Commit on every replica; all must acknowledge, else the error names the worker.
-    pub(crate) async fn commit(mut self, pool: &WorkerPool) -> FsResult<CommittedBlock> {
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) async fn commit(self, pool: &WorkerPool) -> FsResult<CommittedBlock> {
+        self.commit_traced(pool).await.map_err(|(e, _)| e)
+    }
+
+    /// `commit`, naming the worker that failed.
+    pub(crate) async fn commit_traced(mut self, pool: &WorkerPool) -> Traced<CommittedBlock> {
         let mut h = header(DataOp::WriteCommit);
         h.block_id = self.block_id;
         h.len = self.written;
@@ -201,22 +252,30 @@ impl BlockWriter {
                 }
             };
             if let Err(e) = res {
-                return Err(r.conn.error_after_send_failure(e).await);
+                let w = Some(r.worker_id);
+                return Err((r.conn.error_after_send_failure(e).await, w));
             }
         }
         let mut scratch = BytesMut::new();
         let mut worker_ids = Vec::with_capacity(self.replicas.len());
         for mut r in self.replicas.drain(..) {
-            let ok = r.conn.recv(&mut scratch).await?;
+            let ok = match r.conn.recv(&mut scratch).await {
+                Ok(ok) => ok,
+                Err(e) => return Err((e, Some(r.worker_id))),
+            };
             if ok.op != DataOp::Ok as i32 || (ok.len != 0 && ok.len != self.written) {
-                return Err(FsError::protocol(format!(
-                    "worker {}: bad reply to the commit of block {} (op {}, len {} of {})",
-                    r.conn.addr(),
-                    self.block_id,
-                    ok.op,
-                    ok.len,
-                    self.written
-                )));
+                let w = Some(r.worker_id);
+                return Err((
+                    FsError::protocol(format!(
+                        "worker {}: bad reply to the commit of block {} (op {}, len {} of {})",
+                        r.conn.addr(),
+                        self.block_id,
+                        ok.op,
+                        ok.len,
+                        self.written
+                    )),
+                    w,
+                ));
             }
             worker_ids.push(r.worker_id);
             pool.put(r.conn);

@@ -207,4 +207,10 @@ impl MasterService for FakeMaster {
     async fn heartbeat(&self, _r: Request<HeartbeatRequest>) -> R<HeartbeatResponse> {
         unimplemented()
     }
+    async fn report_bad_block(
+        &self,
+        _r: Request<ReportBadBlockRequest>,
+    ) -> R<ReportBadBlockResponse> {
+        Ok(tonic::Response::new(ReportBadBlockResponse::default()))
+    }
 }

@@ -601,13 +601,14 @@ impl CurvineFs {
         file_id: u64,
         path: &str,
         previous: Vec<proto::CommittedBlock>,
+        excluded_workers: Vec<u32>,
     ) -> FsResult<proto::LocatedBlock> {
         let req = proto::AddBlockRequest {
             file_id,
             path: path.to_string(),
             previous,
             caller: self.caller(),
-            excluded_workers: Vec::new(),
+            excluded_workers,
         };
         let r = self
             .inner

@@ -1,6 +1,9 @@
 //! `FsReader`: reads a file block by block from the nearest replica (short-circuit on
 //! this host, else a remote stream kept open as read-ahead), verifying CRCs, and moves
-//! on to the next replica when one fails.
+//! on to the next replica when one fails. A replica that sent bad data (checksum
+//! mismatch, missing or short block) is reported to the master (`ReportBadBlock`), which
+//! drops it and re-replicates the block; an unreachable worker is left to the master's
+//! heartbeat timeout.
 
 use std::collections::HashSet;
 
@@ -10,7 +13,16 @@ use tracing::warn;
 
 use crate::block_reader::BlockSource;
 use crate::fs::CurvineFs;
+use crate::master::CallKind;
 use crate::pool::is_local_host;
+
+/// Whether `e` says the replica itself is bad (not just unreachable).
+fn replica_is_bad(e: &FsError) -> bool {
+    matches!(
+        e,
+        FsError::ChecksumMismatch { .. } | FsError::BlockNotFound { .. } | FsError::Protocol { .. }
+    )
+}
 
 pub struct FsReader {
     fs: CurvineFs,
@@ -142,6 +154,43 @@ impl FsReader {
         idx
     }
 
+    /// Tell the master that replica `li` of block `bi` is bad (in the background; the
+    /// read goes on from another replica either way).
+    fn report_bad(&self, bi: usize, li: usize, e: &FsError) {
+        if !replica_is_bad(e) {
+            return;
+        }
+        let b = &self.blocks[bi];
+        let Some(loc) = b.locations.get(li) else {
+            return;
+        };
+        let req = curvine_common::proto::ReportBadBlockRequest {
+            block_id: b.block_id,
+            worker_id: loc.worker_id,
+            reason: e.to_string(),
+            caller: self.fs.caller(),
+        };
+        warn!(block = b.block_id, worker = loc.worker_id, error = %e, "reporting a bad replica");
+        let fs = self.fs.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let r = fs
+                    .inner
+                    .master
+                    .call(
+                        "report_bad_block",
+                        CallKind::Mutation,
+                        req,
+                        |mut c, r| async move { c.report_bad_block(r).await },
+                    )
+                    .await;
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "report of a bad replica failed");
+                }
+            });
+        }
+    }
+
     /// Read from the block holding `offset`, at most to that block's end.
     async fn read_some(&mut self, offset: u64, dst: &mut [u8]) -> FsResult<usize> {
         let bi = self.blocks.partition_point(|b| b.offset + b.len <= offset);
@@ -176,6 +225,7 @@ impl FsReader {
                         }
                         Err(e) => {
                             warn!(block = block_id, error = %e, "replica failed, trying the next");
+                            self.report_bad(bi, li, &e);
                             self.failed.insert((bi, li));
                             self.src = None;
                             last_err = Some(e);
@@ -228,12 +278,14 @@ impl FsReader {
                     }
                     Err(e) => {
                         warn!(block = block_id, error = %e, "replica failed, trying the next");
+                        self.report_bad(bi, li, &e);
                         self.failed.insert((bi, li));
                         last_err = Some(e);
                     }
                 },
                 Err(e) => {
                     warn!(block = block_id, error = %e, "cannot open replica, trying the next");
+                    self.report_bad(bi, li, &e);
                     self.failed.insert((bi, li));
                     last_err = Some(e);
                 }

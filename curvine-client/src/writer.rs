@@ -1,6 +1,14 @@
 //! `FsWriter`: buffers writes into frames of whole chunks, streams each block to all of
 //! its replicas, rolls over to a new block at the block size, and completes the file
 //! on close.
+//!
+//! Replica failures: the bytes of the current block are kept until it is committed on
+//! every replica. When a replica fails (connection lost, error reply, failed commit) the
+//! block is given up and written again from that copy to a fresh allocation that
+//! excludes the failed worker (`add_block` with `excluded_workers`; the master drops the
+//! uncommitted allocation). After `MAX_REPLACEMENTS` such attempts, or when the master
+//! has no other worker, the write fails with the error; a file never completes with
+//! fewer replicas than it asked for (the master checks every block's replica count).
 
 use curvine_common::proto::{CommittedBlock, FileStatus, LocatedBlock};
 use curvine_common::{FsError, FsResult};
@@ -10,6 +18,11 @@ use crate::block_writer::{BlockWriter, DEFAULT_CHUNK_SIZE};
 use crate::fs::{CurvineFs, LeaseGuard};
 
 const DEFAULT_BLOCK_SIZE: u64 = 128 << 20;
+/// Fresh allocations tried for one file after replica failures.
+const MAX_REPLACEMENTS: u32 = 5;
+/// Waits before giving up on NoSpace: deleted blocks free their space only once the
+/// workers deleted them (heartbeat) and the master saw their new tier reports.
+const NO_SPACE_BACKOFF: [u64; 4] = [100, 200, 400, 800];
 
 pub struct FsWriter {
     fs: CurvineFs,
@@ -28,6 +41,15 @@ pub struct FsWriter {
     chunk_size: usize,
     failed: Option<FsError>,
     closed: bool,
+    /// Everything sent to the current block, kept until it is committed (to write the
+    /// block again on a replacement worker).
+    block_data: Vec<u8>,
+    /// Workers that failed during this write; never allocated again for it.
+    excluded: Vec<u32>,
+    replacements: u32,
+    /// The replica failure being recovered from: reported if no replacement exists.
+    replica_err: Option<FsError>,
+    no_space_waits: usize,
     _lease: LeaseGuard,
 }
 
@@ -58,6 +80,11 @@ impl FsWriter {
             chunk_size: DEFAULT_CHUNK_SIZE,
             failed: None,
             closed: false,
+            block_data: Vec::new(),
+            excluded: Vec::new(),
+            replacements: 0,
+            replica_err: None,
+            no_space_waits: 0,
             _lease: lease,
             status,
             fs,
@@ -193,27 +220,137 @@ impl FsWriter {
         }
     }
 
+    /// Replicas this write ever gave up on (for tests and logs).
+    pub fn excluded_workers(&self) -> &[u32] {
+        &self.excluded
+    }
+
     async fn ensure_block(&mut self) -> FsResult<()> {
         if self.block.is_some() {
             return Ok(());
         }
+        loop {
+            let located = match self.allocate().await {
+                Ok(l) => l,
+                Err(e @ FsError::NoSpace { .. }) => {
+                    self.wait_for_space(e).await?;
+                    continue;
+                }
+                // no other worker can take the block: the replica's error says why
+                Err(e @ FsError::Unavailable { .. }) => {
+                    return Err(self.replica_err.take().unwrap_or(e))
+                }
+                Err(e) => return Err(e),
+            };
+            let opts = self.fs.write_opts(self.block_size);
+            match BlockWriter::open_traced(&self.fs.inner.pool, &located, &opts).await {
+                Ok(bw) => {
+                    self.chunk_size = bw.chunk_size();
+                    self.block = Some(bw);
+                    return Ok(());
+                }
+                Err((e @ FsError::NoSpace { .. }, _)) => self.wait_for_space(e).await?,
+                Err((e, bad)) => self.note_failure(e, bad, located.block_id)?,
+            }
+        }
+    }
+
+    /// Wait a little for space to be freed, or give up with `e`.
+    async fn wait_for_space(&mut self, e: FsError) -> FsResult<()> {
+        let Some(ms) = NO_SPACE_BACKOFF.get(self.no_space_waits) else {
+            return Err(e);
+        };
+        self.no_space_waits += 1;
+        debug!(path = %self.path, error = %e, "no space; waiting {ms} ms before retrying");
+        tokio::time::sleep(std::time::Duration::from_millis(*ms)).await;
+        Ok(())
+    }
+
+    /// Ask the master for the next block (committing the finished ones), avoiding the
+    /// workers that failed.
+    async fn allocate(&mut self) -> FsResult<curvine_common::proto::LocatedBlock> {
         let previous = std::mem::take(&mut self.committed);
-        let located = self
+        let r = self
             .fs
-            .add_block(self.status.id, &self.path, previous)
-            .await?;
-        let opts = self.fs.write_opts(self.block_size);
-        let bw = BlockWriter::open(&self.fs.inner.pool, &located, &opts).await?;
-        self.chunk_size = bw.chunk_size();
-        self.block = Some(bw);
+            .add_block(
+                self.status.id,
+                &self.path,
+                previous.clone(),
+                self.excluded.clone(),
+            )
+            .await;
+        if r.is_err() {
+            self.committed = previous;
+        }
+        r
+    }
+
+    /// Record a replica failure: Ok = try a fresh allocation, Err = give up.
+    fn note_failure(&mut self, e: FsError, bad: Option<u32>, block: u64) -> FsResult<()> {
+        self.block = None;
+        // A full worker: the master placed the block on the roomiest one already.
+        if self.replacements >= MAX_REPLACEMENTS || matches!(e, FsError::NoSpace { .. }) {
+            return Err(e);
+        }
+        self.replacements += 1;
+        self.replica_err = Some(e.clone());
+        if let Some(w) = bad {
+            if !self.excluded.contains(&w) {
+                self.excluded.push(w);
+            }
+        }
+        warn!(path = %self.path, block, worker = ?bad, error = %e,
+            "replica failed; writing the block again on other workers");
+        Ok(())
+    }
+
+    /// Open a fresh block and send it everything the failed one had received.
+    async fn rewrite_block(&mut self) -> FsResult<()> {
+        loop {
+            self.ensure_block().await?;
+            let data = std::mem::take(&mut self.block_data);
+            let res = self.resend(&data).await;
+            self.block_data = data;
+            match res {
+                Ok(()) => return Ok(()),
+                Err((e, bad)) => {
+                    let id = self.block.as_ref().map_or(0, |b| b.block_id());
+                    self.note_failure(e, bad, id)?;
+                }
+            }
+        }
+    }
+
+    /// Send `data` to the open block in frames of whole chunks (the last piece may be
+    /// short only when it ends the data).
+    async fn resend(&mut self, data: &[u8]) -> Result<(), (FsError, Option<u32>)> {
+        let cap = self.frame_cap();
+        let Some(b) = self.block.as_mut() else {
+            return Err((FsError::internal("no open block"), None));
+        };
+        for piece in data.chunks(cap) {
+            if let Err(e) = b.write(piece).await {
+                let bad = b.failed_worker();
+                return Err((e, bad));
+            }
+        }
         Ok(())
     }
 
     async fn send(&mut self, data: &[u8]) -> FsResult<()> {
         self.ensure_block().await?;
-        match self.block.as_mut() {
-            Some(b) => b.write(data).await,
-            None => Err(FsError::internal("no open block")),
+        self.block_data.extend_from_slice(data);
+        let res = match self.block.as_mut() {
+            Some(b) => b.write(data).await.map_err(|e| (e, b.failed_worker())),
+            None => Err((FsError::internal("no open block"), None)),
+        };
+        match res {
+            Ok(()) => Ok(()),
+            Err((e, bad)) => {
+                let id = self.block.as_ref().map_or(0, |b| b.block_id());
+                self.note_failure(e, bad, id)?;
+                self.rewrite_block().await
+            }
         }
     }
 
@@ -243,10 +380,20 @@ impl FsWriter {
     /// Send what is buffered and commit the current block on every replica.
     async fn finish_block(&mut self) -> FsResult<()> {
         self.send_buffered(true).await?;
-        if let Some(b) = self.block.take() {
-            let committed = b.commit(&self.fs.inner.pool).await?;
-            self.committed.push(committed);
+        while let Some(b) = self.block.take() {
+            let id = b.block_id();
+            match b.commit_traced(&self.fs.inner.pool).await {
+                Ok(committed) => {
+                    self.committed.push(committed);
+                    self.replica_err = None;
+                }
+                Err((e, bad)) => {
+                    self.note_failure(e, bad, id)?;
+                    self.rewrite_block().await?;
+                }
+            }
         }
+        self.block_data.clear();
         self.in_block = 0;
         Ok(())
     }

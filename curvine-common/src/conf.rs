@@ -34,6 +34,8 @@ pub struct ClusterSection {
     pub name: String,
     /// Shared secret required on every RPC and data stream; empty = no authentication.
     pub auth_token: String,
+    /// A file holding the secret (first line, trimmed); used when `auth_token` is empty.
+    pub auth_token_file: String,
 }
 
 impl Default for ClusterSection {
@@ -41,6 +43,7 @@ impl Default for ClusterSection {
         ClusterSection {
             name: "curvine".into(),
             auth_token: String::new(),
+            auth_token_file: String::new(),
         }
     }
 }
@@ -67,6 +70,14 @@ pub struct MasterConf {
     pub max_name_len: usize,
     /// Maximum path length in bytes.
     pub max_path_len: usize,
+    /// How often the master scans for blocks below their replica count.
+    pub replication_interval: Dur,
+    /// Re-replication copies in flight in the whole cluster ...
+    pub replication_max_inflight: u32,
+    /// ... and per receiving worker.
+    pub replication_per_worker: u32,
+    /// A copy not reported done within this time is given up (and rescheduled).
+    pub replication_timeout: Dur,
 }
 
 impl Default for MasterConf {
@@ -83,6 +94,10 @@ impl Default for MasterConf {
             list_page_size: 1000,
             max_name_len: 255,
             max_path_len: 4096,
+            replication_interval: Dur(Duration::from_secs(5)),
+            replication_max_inflight: 64,
+            replication_per_worker: 4,
+            replication_timeout: Dur(Duration::from_secs(120)),
         }
     }
 }
@@ -128,6 +143,29 @@ pub struct WorkerConf {
     pub fsync: FsyncPolicy,
     /// Maximum payload bytes in one data frame.
     pub max_frame_size: ByteSize,
+    /// Per-tier overrides of `fsync` (unset = `fsync`).
+    pub fsync_mem: Option<FsyncPolicy>,
+    pub fsync_ssd: Option<FsyncPolicy>,
+    pub fsync_hdd: Option<FsyncPolicy>,
+    /// Background re-verification of stored CRC32C, bytes per second; 0 = off.
+    pub scrub_rate: ByteSize,
+    /// Pause between two full scrub passes.
+    pub scrub_interval: Dur,
+    /// Re-replication copies this worker receives at once.
+    pub copy_concurrency: u32,
+}
+
+impl WorkerConf {
+    /// The fsync policy of block data in `tier`.
+    pub fn fsync_for(&self, tier: StorageTier) -> FsyncPolicy {
+        let o = match tier {
+            StorageTier::Mem => self.fsync_mem,
+            StorageTier::Ssd => self.fsync_ssd,
+            StorageTier::Hdd => self.fsync_hdd,
+            StorageTier::Unspecified => None,
+        };
+        o.unwrap_or(self.fsync)
+    }
 }
 
 impl Default for WorkerConf {
@@ -145,6 +183,12 @@ impl Default for WorkerConf {
             heartbeat_interval: Dur(Duration::from_secs(3)),
             fsync: FsyncPolicy::None,
             max_frame_size: ByteSize(4 << 20),
+            fsync_mem: None,
+            fsync_ssd: None,
+            fsync_hdd: None,
+            scrub_rate: ByteSize(32 << 20),
+            scrub_interval: Dur(Duration::from_secs(3600)),
+            copy_concurrency: 4,
         }
     }
 }
@@ -303,7 +347,34 @@ impl ClusterConf {
     pub fn load(path: &Path) -> FsResult<ClusterConf> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| FsError::config(format!("read {}: {e}", path.display())))?;
-        Self::parse(&text).map_err(|e| FsError::config(format!("{}: {e}", path.display())))
+        let mut conf =
+            Self::parse(&text).map_err(|e| FsError::config(format!("{}: {e}", path.display())))?;
+        conf.resolve_auth_token()?;
+        Ok(conf)
+    }
+
+    /// Fill `cluster.auth_token` from `cluster.auth_token_file` when only the file is
+    /// set (`load` does this; call it after building a configuration by hand).
+    pub fn resolve_auth_token(&mut self) -> FsResult<()> {
+        let c = &mut self.cluster;
+        if !c.auth_token.is_empty() || c.auth_token_file.is_empty() {
+            return Ok(());
+        }
+        let text = std::fs::read_to_string(&c.auth_token_file).map_err(|e| {
+            FsError::config(format!(
+                "cluster.auth_token_file {}: {e}",
+                c.auth_token_file
+            ))
+        })?;
+        let token = text.lines().next().unwrap_or("").trim().to_string();
+        if token.is_empty() {
+            return Err(FsError::config(format!(
+                "cluster.auth_token_file {} is empty",
+                c.auth_token_file
+            )));
+        }
+        c.auth_token = token;
+        Ok(())
     }
 
     pub fn parse(text: &str) -> FsResult<ClusterConf> {

@@ -353,6 +353,16 @@ async fn report(fs: &CurvineFs) -> anyhow::Result<()> {
         "files: {}  dirs: {}  blocks: {}",
         r.files, r.dirs, r.blocks
     )?;
+    writeln!(
+        out,
+        "replication: {} under-replicated  {} missing  copies {} in flight, {} done, {} failed  bad replicas {}",
+        r.under_replicated,
+        r.missing_blocks,
+        r.copies_in_flight,
+        r.copies_done,
+        r.copies_failed,
+        r.bad_replicas
+    )?;
     let live = r.workers.iter().filter(|w| w.alive).count();
     writeln!(
         out,
@@ -370,6 +380,14 @@ async fn report(fs: &CurvineFs) -> anyhow::Result<()> {
             a.data_port,
             if w.alive { "alive" } else { "LOST" }
         )?;
+        if w.scrubbed_bytes > 0 || w.copies_in_flight > 0 {
+            writeln!(
+                out,
+                "    scrubbed {}  copies in flight {}",
+                human(w.scrubbed_bytes),
+                w.copies_in_flight
+            )?;
+        }
         for t in &w.tiers {
             let tier = StorageTier::try_from(t.tier).unwrap_or(StorageTier::Unspecified);
             writeln!(

@@ -140,7 +140,13 @@ impl Namespace {
 
     pub fn report(&self) -> ReportResponse {
         let counters = self.counters();
-        let workers = self.workers.reports();
+        let mut workers = self.workers.reports();
+        for w in &mut workers {
+            if let Some(a) = &w.address {
+                w.copies_in_flight = self.repl.inflight_to(a.worker_id);
+            }
+        }
+        let rs = self.repl.stats();
         let (mut capacity, mut used) = (0, 0);
         for w in workers.iter().filter(|w| w.alive) {
             for t in &w.tiers {
@@ -156,6 +162,12 @@ impl Namespace {
             blocks: counters.blocks,
             workers,
             cluster_id: self.cluster_id.clone(),
+            under_replicated: rs.under_replicated,
+            missing_blocks: rs.missing,
+            copies_in_flight: rs.in_flight,
+            copies_done: rs.done,
+            copies_failed: rs.failed,
+            bad_replicas: rs.bad_replicas,
         }
     }
 }

@@ -180,9 +180,31 @@ impl Namespace {
                 ino.blocks.push(cb.block_id);
                 txn.counters.blocks += 1;
             }
+            let mut ids: Vec<u32> = cb.worker_ids.clone();
+            ids.sort_unstable();
+            ids.dedup();
+            // Never a file that claims N replicas with fewer: every block must be
+            // committed on `replicas` distinct workers.
+            let want = ino.replicas.max(1) as usize;
+            if ids.len() < want {
+                return Err(FsError::Unavailable {
+                    message: format!(
+                        "block {} was committed on {} of {want} replicas; write it again",
+                        cb.block_id,
+                        ids.len()
+                    ),
+                });
+            }
             rec.len = cb.len;
             rec.committed = true;
-            for wid in &cb.worker_ids {
+            // Allocated targets that did not commit hold nothing (their staging was
+            // aborted): the committed workers are the block's locations.
+            for l in rec.locs.iter().filter(|l| !ids.contains(&l.worker_id)) {
+                txn.del_worker_block(l.worker_id, rec.id);
+            }
+            rec.locs.retain(|l| ids.contains(&l.worker_id));
+            for wid in &ids {
+                txn.committed_on.push((*wid, rec.id, cb.len));
                 if !rec.locs.iter().any(|l| l.worker_id == *wid) {
                     rec.locs.push(Loc {
                         worker_id: *wid,
@@ -251,6 +273,8 @@ impl Namespace {
             };
             for t in &targets {
                 txn.put_worker_block(t.worker_id, id);
+                self.workers
+                    .track_reservation(t.worker_id, id, t.tier as i32, ino.block_size);
             }
             txn.put_block(rec);
             txn.put_inode(ino);

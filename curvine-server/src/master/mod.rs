@@ -7,10 +7,12 @@
 //! (writer leases), `service` (the tonic service).
 
 mod attrs;
+pub mod auth;
 mod files;
 mod lease;
 mod namespace;
 mod records;
+mod replication;
 mod service;
 mod store;
 mod syncer;
@@ -19,6 +21,8 @@ mod workers;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_replication;
 #[cfg(test)]
 mod tests_rpc;
 #[cfg(test)]
@@ -37,6 +41,7 @@ use tracing::{info, warn, Instrument};
 
 pub use attrs::{XATTR_CREATE, XATTR_REPLACE};
 pub use namespace::Namespace;
+pub use replication::ReplicationStats;
 pub use tree::{RENAME_EXCHANGE, RENAME_NOREPLACE};
 
 /// Serve the master on `listener` until `cancel` fires; returns after RocksDB is closed.
@@ -67,11 +72,19 @@ pub async fn run(
         lost_worker_loop(ns.clone(), lost_timeout, bg.clone())
             .instrument(tracing::info_span!("lost_workers")),
     );
+    tasks.spawn(
+        replication::replication_loop(ns.clone(), conf.master.replication_interval.0, bg.clone())
+            .instrument(tracing::info_span!("replication")),
+    );
     tasks.close();
 
     let svc = MasterServiceServer::new(service::MasterSvc { ns: ns.clone() })
         .max_decoding_message_size(256 << 20)
         .max_encoding_message_size(256 << 20);
+    let svc = tonic::service::interceptor::InterceptedService::new(
+        svc,
+        auth::AuthInterceptor::new(&conf.cluster.auth_token),
+    );
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
         s.inspect(|s| {
             let _ = s.set_nodelay(true);
@@ -126,6 +139,8 @@ async fn lost_worker_loop(ns: Arc<Namespace>, timeout: Duration, cancel: Cancell
             _ = cancel.cancelled() => return,
             _ = every.tick() => {}
         }
-        ns.workers.detect_lost();
+        if ns.workers.detect_lost() > 0 {
+            ns.repl.kick.notify_one();
+        }
     }
 }

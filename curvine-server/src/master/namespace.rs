@@ -32,6 +32,7 @@ pub struct Namespace {
     pub(super) leases: Leases,
     pub(super) workers: Workers,
     pub(super) cluster_id: String,
+    pub(super) repl: super::replication::Replication,
 }
 
 /// Read access shared by the store (lock-free reads) and a transaction (its own
@@ -60,6 +61,10 @@ pub(super) struct Txn<'a> {
     edges: HashMap<(u64, String), Option<u64>>,
     /// (worker, block) replicas to delete once the entry is applied.
     pub deletes: Vec<(u32, u64)>,
+    /// Reservation accounting for placement: (worker, block) of dropped replicas, and
+    /// (worker, block, len) of replicas committed now.
+    pub freed: Vec<(u32, u64)>,
+    pub committed_on: Vec<(u32, u64, u64)>,
     /// Leases to grant (inode, client) / release once applied.
     pub grants: Vec<(u64, u64)>,
     pub releases: Vec<u64>,
@@ -130,6 +135,7 @@ impl Txn<'_> {
         for l in &b.locs {
             self.del_worker_block(l.worker_id, b.id);
             self.deletes.push((l.worker_id, b.id));
+            self.freed.push((l.worker_id, b.id));
         }
         self.entry.push(Kind::DelBlock(b.id));
         self.counters.blocks = self.counters.blocks.saturating_sub(1);
@@ -356,6 +362,7 @@ impl Namespace {
             leases: Leases::default(),
             workers: Workers::new(lost_timeout),
             cluster_id,
+            repl: Default::default(),
         };
         ns.workers.load(&ns.store)?;
         // Writers of files open before the restart get a fresh lease to continue.
@@ -398,6 +405,8 @@ impl Namespace {
             inodes: HashMap::new(),
             edges: HashMap::new(),
             deletes: Vec::new(),
+            freed: Vec::new(),
+            committed_on: Vec::new(),
             grants: Vec::new(),
             releases: Vec::new(),
         };
@@ -417,6 +426,12 @@ impl Namespace {
         }
         for (id, client) in txn.grants {
             self.leases.grant(id, client);
+        }
+        for (w, b, len) in txn.committed_on {
+            self.workers.block_committed(w, b, len);
+        }
+        for (w, b) in txn.freed {
+            self.workers.block_dropped(w, b);
         }
         for (w, b) in txn.deletes {
             self.workers.queue_delete(w, b);

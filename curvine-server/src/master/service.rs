@@ -202,4 +202,15 @@ impl MasterService for MasterSvc {
         let r = self.durable(self.ns.heartbeat(req.into_inner())).await?;
         Ok(Response::new(r))
     }
+
+    async fn report_bad_block(
+        &self,
+        req: Request<ReportBadBlockRequest>,
+    ) -> Reply<ReportBadBlockResponse> {
+        let r = req.into_inner();
+        let removed = self
+            .durable(self.ns.report_bad_block(r.block_id, r.worker_id, &r.reason))
+            .await?;
+        Ok(Response::new(ReportBadBlockResponse { removed }))
+    }
 }

@@ -205,6 +205,18 @@ impl Store {
             .collect()
     }
 
+    /// Visit every block record (re-replication scans).
+    pub fn for_each_block(&self, mut f: impl FnMut(BlockRec) -> FsResult<()>) -> FsResult<()> {
+        for item in self
+            .db
+            .iterator_cf(self.cf(CF_BLOCKS)?, IteratorMode::Start)
+        {
+            let (_, v) = item.map_err(|e| db_err("scan", e))?;
+            f(BlockRec::decode(&*v).map_err(|e| decode_err("block", e))?)?;
+        }
+        Ok(())
+    }
+
     /// Block ids recorded on `worker` (reverse index).
     pub fn worker_blocks(&self, worker: u32) -> FsResult<Vec<u64>> {
         let prefix = worker.to_be_bytes();

@@ -6,8 +6,8 @@ use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use curvine_common::proto::{
-    BlockReplica, HeartbeatRequest, HeartbeatResponse, RegisterRequest, RegisterResponse,
-    StorageTier, TierReport, WorkerAddress, WorkerReport,
+    BlockReplica, CopyCommand, HeartbeatRequest, HeartbeatResponse, RegisterRequest,
+    RegisterResponse, StorageTier, TierReport, WorkerAddress, WorkerReport,
 };
 use curvine_common::types::now_ms;
 use curvine_common::{BlockId, FsError, FsResult};
@@ -28,6 +28,11 @@ pub(super) struct WorkerState {
     /// Bytes handed out (one block size per allocation) since the last heartbeat.
     pub reserved: HashMap<i32, u64>,
     pub pending_deletes: Vec<u64>,
+    /// Re-replication copies to hand out in the next heartbeat reply.
+    pub pending_copies: Vec<CopyCommand>,
+    /// Blocks allocated here since the last heartbeat: (tier, bytes in `reserved`).
+    pub reserved_blocks: HashMap<u64, (i32, u64)>,
+    pub scrubbed_bytes: u64,
     /// Liveness as last logged by the lost-worker detector.
     pub was_alive: bool,
 }
@@ -94,6 +99,42 @@ impl Workers {
     pub fn queue_delete(&self, worker: u32, block: u64) {
         if let Some(w) = self.write().get_mut(&worker) {
             w.pending_deletes.push(block);
+        }
+    }
+
+    /// Remember that `block` holds `bytes` of `worker`'s reservation in `tier`.
+    pub fn track_reservation(&self, worker: u32, block: u64, tier: i32, bytes: u64) {
+        if let Some(w) = self.write().get_mut(&worker) {
+            w.reserved_blocks.insert(block, (tier, bytes));
+        }
+    }
+
+    /// A block allocated since the last heartbeat was committed with `len` bytes: its
+    /// reservation shrinks to that.
+    pub fn block_committed(&self, worker: u32, block: u64, len: u64) {
+        if let Some(w) = self.write().get_mut(&worker) {
+            if let Some((tier, bytes)) = w.reserved_blocks.get_mut(&block) {
+                let r = w.reserved.entry(*tier).or_default();
+                *r = r.saturating_sub(bytes.saturating_sub(len));
+                *bytes = len.min(*bytes);
+            }
+        }
+    }
+
+    /// A replica was dropped: give back its reservation. (Space it used is counted
+    /// free once the worker deleted it and reported its tiers.)
+    pub fn block_dropped(&self, worker: u32, block: u64) {
+        if let Some(w) = self.write().get_mut(&worker) {
+            if let Some((t, bytes)) = w.reserved_blocks.remove(&block) {
+                let r = w.reserved.entry(t).or_default();
+                *r = r.saturating_sub(bytes);
+            }
+        }
+    }
+
+    pub fn queue_copy(&self, worker: u32, c: CopyCommand) {
+        if let Some(w) = self.write().get_mut(&worker) {
+            w.pending_copies.push(c);
         }
     }
 
@@ -200,6 +241,8 @@ impl Workers {
                 tiers: w.tiers.clone(),
                 alive: self.alive(w),
                 last_heartbeat_ms: w.last_heartbeat_ms,
+                scrubbed_bytes: w.scrubbed_bytes,
+                copies_in_flight: 0,
             })
             .collect();
         v.sort_by_key(|r| r.address.as_ref().map(|a| a.worker_id));
@@ -217,6 +260,9 @@ fn new_state(id: u32, mut address: WorkerAddress) -> WorkerState {
         last_heartbeat_ms: 0,
         reserved: HashMap::new(),
         pending_deletes: Vec::new(),
+        pending_copies: Vec::new(),
+        reserved_blocks: HashMap::new(),
+        scrubbed_bytes: 0,
         was_alive: false,
     }
 }
@@ -284,6 +330,7 @@ impl Namespace {
             w.last_seen = Some(Instant::now());
             w.last_heartbeat_ms = now_ms();
             w.reserved.clear();
+            w.reserved_blocks.clear();
             w.pending_deletes.extend(stale.iter().copied());
             w.was_alive = true;
         }
@@ -316,6 +363,7 @@ impl Namespace {
                 HeartbeatResponse {
                     delete_blocks: Vec::new(),
                     reregister: true,
+                    copy_blocks: Vec::new(),
                 },
                 0,
             ));
@@ -336,12 +384,18 @@ impl Namespace {
                 Ok(stale)
             })?
         };
+        self.repl.finished(id, &req.copy_results);
+        if !req.bad_blocks.is_empty() {
+            warn!(worker = id, blocks = ?req.bad_blocks, "scrubber found corrupt replicas");
+            self.repl.note_bad(req.bad_blocks.len() as u64);
+        }
         let mut m = self.workers.write();
         let Some(w) = m.get_mut(&id) else {
             return Ok((
                 HeartbeatResponse {
                     delete_blocks: Vec::new(),
                     reregister: true,
+                    copy_blocks: Vec::new(),
                 },
                 seq,
             ));
@@ -357,12 +411,16 @@ impl Namespace {
         w.last_seen = Some(Instant::now());
         w.last_heartbeat_ms = now_ms();
         w.reserved.clear();
+        w.reserved_blocks.clear();
         w.pending_deletes.extend(stale);
+        w.scrubbed_bytes = req.scrubbed_bytes;
         let delete_blocks = std::mem::take(&mut w.pending_deletes);
+        let copy_blocks = std::mem::take(&mut w.pending_copies);
         Ok((
             HeartbeatResponse {
                 delete_blocks,
                 reregister: false,
+                copy_blocks,
             },
             seq,
         ))
@@ -404,7 +462,7 @@ impl Namespace {
         }
     }
 
-    fn forget_replica(
+    pub(super) fn forget_replica(
         &self,
         txn: &mut super::namespace::Txn<'_>,
         worker: u32,

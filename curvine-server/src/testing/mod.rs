@@ -300,7 +300,16 @@ impl MiniCluster {
         let mut client = MasterServiceClient::connect(format!("http://{}", self.master_addr))
             .await
             .map_err(FsError::from)?;
-        Ok(client.report(ReportRequest {}).await?.into_inner())
+        let mut req = tonic::Request::new(ReportRequest {});
+        let token = &self.conf.cluster.auth_token;
+        if !token.is_empty() {
+            let v = token
+                .parse()
+                .map_err(|_| FsError::config("cluster.auth_token is not ASCII"))?;
+            req.metadata_mut()
+                .insert(crate::master::auth::AUTH_METADATA_KEY, v);
+        }
+        Ok(client.report(req).await?.into_inner())
     }
 
     pub async fn live_workers(&self) -> usize {

@@ -28,13 +28,26 @@ use super::tiers::{fs_free_bytes, prepare_dir, Tier};
 #[derive(Debug, Clone)]
 pub struct StoreConf {
     pub chunk_size: u32,
+    /// fsync block data before acknowledging a commit (tiers not in `fsync_tiers`).
     pub fsync: bool,
+    /// Per-tier overrides of `fsync`.
+    pub fsync_tiers: Vec<(StorageTier, bool)>,
     /// Bytes reserved for a write that does not say how much it needs.
     pub default_reserve: u64,
     pub high_watermark: f64,
     pub low_watermark: f64,
     /// `host:port`, used in errors that name the worker.
     pub worker: String,
+}
+
+impl StoreConf {
+    /// Whether block data in `tier` is fsynced at commit.
+    pub fn fsync_for(&self, tier: StorageTier) -> bool {
+        self.fsync_tiers
+            .iter()
+            .find(|(t, _)| *t == tier)
+            .map_or(self.fsync, |(_, f)| *f)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -302,6 +315,20 @@ impl BlockStore {
     /// Open a committed block for reading and mark it recently used. Retries if an
     /// eviction moved the block between the lookup and the open.
     pub fn open_read(&self, id: u64) -> FsResult<BlockReader> {
+        self.open_read_inner(id, true)
+    }
+
+    /// Open a block without marking it used (the scrubber must not keep blocks hot).
+    pub fn open_read_quiet(&self, id: u64) -> FsResult<BlockReader> {
+        self.open_read_inner(id, false)
+    }
+
+    /// Ids of every committed block.
+    pub fn block_ids(&self) -> Vec<u64> {
+        self.lock().blocks.keys().copied().collect()
+    }
+
+    fn open_read_inner(&self, id: u64, touch: bool) -> FsResult<BlockReader> {
         let mut last_err = None;
         for _ in 0..4 {
             let (path, len, chunk_size, tier) = {
@@ -309,7 +336,9 @@ impl BlockStore {
                 let Some(m) = g.blocks.get(&id).cloned() else {
                     return Err(self.not_found(id));
                 };
-                g.touch(id);
+                if touch {
+                    g.touch(id);
+                }
                 let t = &g.tiers[m.tier];
                 (block_file(&t.dir, id), m.len, m.chunk_size, t.tier)
             };
@@ -525,7 +554,8 @@ impl WriteHandle {
             )));
         }
         self.ensure_reserved(len)?;
-        if store.conf.fsync {
+        let fsync = store.conf.fsync_for(self.tier());
+        if fsync {
             if let Some(f) = &self.file {
                 f.sync_all()
                     .map_err(|e| FsError::io_ctx(self.staging.display(), e))?;
@@ -537,7 +567,7 @@ impl WriteHandle {
             len,
             crcs,
         };
-        write_file(&staging_sc, &sc.encode(), store.conf.fsync)?;
+        write_file(&staging_sc, &sc.encode(), fsync)?;
         let (dst, tier_kind, over_high) = {
             let mut g = store.lock();
             if g.blocks.contains_key(&id) {
@@ -575,7 +605,7 @@ impl WriteHandle {
             self.done = true;
             (dst, tier_kind, over_high)
         };
-        if store.conf.fsync {
+        if fsync {
             if let Some(parent) = dst.parent() {
                 let _ = File::open(parent).and_then(|d| d.sync_all());
             }

@@ -94,7 +94,8 @@ impl BlockStore {
             }
             return Err(e);
         }
-        if self.conf.fsync {
+        let to_tier = self.lock().tiers[to].tier;
+        if self.conf.fsync_for(to_tier) {
             for p in [&tmp, &tmp_sc] {
                 fs::File::open(p)?.sync_all()?;
             }

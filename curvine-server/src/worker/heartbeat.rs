@@ -17,6 +17,8 @@ use tracing::{debug, info, warn};
 
 use super::block_store::BlockStore;
 use super::layout;
+use super::replicator::{scrubbed, start_copies, CopyCtx};
+use tokio_util::task::TaskTracker;
 
 /// gRPC metadata key carrying `cluster.auth_token` on worker -> master calls (also sent
 /// as `authorization: Bearer <token>`, like the client does).
@@ -37,6 +39,9 @@ pub struct HeartbeatConf {
 struct Session {
     conf: HeartbeatConf,
     store: Arc<BlockStore>,
+    copy: Option<CopyCtx>,
+    copies: TaskTracker,
+    cancel: CancellationToken,
     client: Option<MasterServiceClient<Channel>>,
     worker_id: u32,
     cluster_id: String,
@@ -44,14 +49,34 @@ struct Session {
 
 /// Run until `cancel` fires.
 pub async fn run_heartbeat(conf: HeartbeatConf, store: Arc<BlockStore>, cancel: CancellationToken) {
+    run_heartbeat_with(conf, store, None, cancel).await
+}
+
+/// Like `run_heartbeat`, also running the master's copy commands (re-replication) and
+/// reporting their results and the scrubber's findings. Returns after every copy ended.
+pub async fn run_heartbeat_with(
+    conf: HeartbeatConf,
+    store: Arc<BlockStore>,
+    copy: Option<CopyCtx>,
+    cancel: CancellationToken,
+) {
     let dirs = store.dirs();
     let mut s = Session {
         worker_id: layout::read_worker_id(&dirs),
         cluster_id: layout::read_cluster_id(&dirs),
         conf,
         store,
+        copy,
+        copies: TaskTracker::new(),
+        cancel: cancel.clone(),
         client: None,
     };
+    heartbeat_loop(&mut s, &cancel).await;
+    s.copies.close();
+    s.copies.wait().await;
+}
+
+async fn heartbeat_loop(s: &mut Session, cancel: &CancellationToken) {
     let mut registered = false;
     let retry_wait = s.conf.interval.min(MAX_RETRY_WAIT);
     loop {
@@ -163,19 +188,30 @@ impl Session {
     async fn heartbeat(&mut self) -> FsResult<bool> {
         let mut client = self.client().await?;
         let (added, removed) = self.store.take_pending();
+        let (copy_results, bad_blocks) = match &self.copy {
+            Some(c) => c.bg.take_report(),
+            None => (Vec::new(), Vec::new()),
+        };
         let req = HeartbeatRequest {
             worker_id: self.worker_id,
             tiers: self.store.tier_reports(),
             added: added.clone(),
             removed: removed.clone(),
+            copy_results: copy_results.clone(),
+            bad_blocks: bad_blocks.clone(),
+            scrubbed_bytes: self.copy.as_ref().map_or(0, |c| scrubbed(&c.bg)),
         };
         let resp = match client.heartbeat(self.request(req)?).await {
             Ok(r) => r.into_inner(),
             Err(e) => {
                 self.store.restore_pending(added, removed);
+                if let Some(c) = &self.copy {
+                    c.bg.restore_report(copy_results, bad_blocks);
+                }
                 return Err(e.into());
             }
         };
+
         if resp.reregister {
             // the full report at registration supersedes what was just sent
             return Ok(false);
@@ -193,6 +229,16 @@ impl Session {
                 requested = n,
                 deleted, "deleted blocks on the master's request"
             );
+        }
+        // after the deletions: a copy must not find the bad replica it replaces
+        if !resp.copy_blocks.is_empty() {
+            match &self.copy {
+                Some(c) => {
+                    debug!(n = resp.copy_blocks.len(), "copy commands from the master");
+                    start_copies(c, resp.copy_blocks, &self.copies, &self.cancel);
+                }
+                None => debug!("copy commands ignored (no copier)"),
+            }
         }
         debug!(
             added = added.len(),

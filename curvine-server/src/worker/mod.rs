@@ -14,6 +14,8 @@ pub mod eviction;
 pub mod heartbeat;
 pub mod layout;
 mod read_path;
+pub mod replicator;
+pub mod scrubber;
 pub mod tiers;
 mod write_path;
 
@@ -22,7 +24,8 @@ mod tests;
 
 use std::sync::Arc;
 
-use curvine_common::proto::WorkerAddress;
+use curvine_common::conf::FsyncPolicy;
+use curvine_common::proto::{StorageTier, WorkerAddress};
 use curvine_common::{ClusterConf, FsError, FsResult};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -42,7 +45,11 @@ pub fn open_store(conf: &ClusterConf, worker: String) -> FsResult<Arc<BlockStore
         &conf.tier_dirs()?,
         StoreConf {
             chunk_size,
-            fsync: w.fsync == curvine_common::conf::FsyncPolicy::OnCommit,
+            fsync: w.fsync == FsyncPolicy::OnCommit,
+            fsync_tiers: [StorageTier::Mem, StorageTier::Ssd, StorageTier::Hdd]
+                .into_iter()
+                .map(|t| (t, w.fsync_for(t) == FsyncPolicy::OnCommit))
+                .collect(),
             default_reserve: conf.master.block_size.as_u64(),
             high_watermark: w.high_watermark,
             low_watermark: w.low_watermark,
@@ -88,6 +95,18 @@ pub async fn run(
         connect_timeout: conf.client.connect_timeout.get(),
         auth_token: conf.cluster.auth_token.clone(),
     };
+    let bg = Arc::new(replicator::Background::new(conf.worker.copy_concurrency));
+    let copy = replicator::CopyCtx {
+        store: store.clone(),
+        bg: bg.clone(),
+        auth_token: conf.cluster.auth_token.clone(),
+        max_frame: conf.worker.max_frame_size.as_usize(),
+        timeout: conf.master.replication_timeout.get(),
+    };
+    let scrub = scrubber::ScrubConf {
+        rate: conf.worker.scrub_rate.as_u64(),
+        interval: conf.worker.scrub_interval.get(),
+    };
     info!(%worker, master = %conf.master_addr(), "worker starting");
     let tracker = TaskTracker::new();
     tracker.spawn(data_server::serve(
@@ -96,7 +115,18 @@ pub async fn run(
         cancel.clone(),
         tracker.clone(),
     ));
-    tracker.spawn(heartbeat::run_heartbeat(hb, store.clone(), cancel.clone()));
+    tracker.spawn(heartbeat::run_heartbeat_with(
+        hb,
+        store.clone(),
+        Some(copy),
+        cancel.clone(),
+    ));
+    tracker.spawn(scrubber::run_scrubber(
+        store.clone(),
+        bg,
+        scrub,
+        cancel.clone(),
+    ));
     tracker.spawn(eviction::run_evictor(store, cancel.clone()));
     cancel.cancelled().await;
     tracker.close();

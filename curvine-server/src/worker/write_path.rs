@@ -70,7 +70,7 @@ async fn commit(
     crcs: Vec<u32>,
 ) -> FsResult<()> {
     let id = handle.id;
-    if ctx.store.conf().fsync {
+    if ctx.store.conf().fsync_for(handle.tier()) {
         tokio::task::spawn_blocking(move || handle.commit(len, crcs))
             .await
             .map_err(join_err)??;

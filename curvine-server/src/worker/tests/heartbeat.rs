@@ -72,6 +72,7 @@ impl MasterService for FakeMaster {
         list_xattr(ListXattrRequest) -> ListXattrResponse;
         remove_xattr(RemoveXattrRequest) -> RemoveXattrResponse;
         report(ReportRequest) -> ReportResponse;
+        report_bad_block(ReportBadBlockRequest) -> ReportBadBlockResponse;
     }
 
     async fn register_worker(
@@ -107,6 +108,7 @@ impl MasterService for FakeMaster {
             HeartbeatResponse {
                 delete_blocks: std::mem::take(&mut s.to_delete),
                 reregister: std::mem::take(&mut s.forget) || !known,
+                ..Default::default()
             }
         });
         Ok(Response::new(reply))

@@ -1,6 +1,7 @@
 //! Worker tests: the block store and the data plane on tempdir tiers, and registration /
 //! heartbeats against a fake master. Helpers here speak the data-plane protocol.
 
+mod background;
 mod data_plane;
 mod heartbeat;
 mod perf;

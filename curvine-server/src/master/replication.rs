@@ -1,0 +1,287 @@
+//! Re-replication: find committed blocks with fewer live replicas than their file asks
+//! for and hand worker-to-worker copies to the targets in their heartbeat replies.
+//!
+//! State is in memory only (a restarted master rescans): one copy per block in flight,
+//! at most `replication_max_inflight` in the cluster and `replication_per_worker` per
+//! target. A copy ends when the target reports its result, or after
+//! `replication_timeout`, so a failed or lost copy never holds a slot for good.
+//! Bad replicas (reported by readers, found by scrubbers) are dropped from the block map
+//! when another live replica remains, and trigger a scan.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use curvine_common::proto::{CopyCommand, CopyResult, StorageTier};
+use curvine_common::FsResult;
+use tokio::sync::Notify;
+use tracing::{debug, info, warn};
+
+use super::namespace::{is_file, Namespace};
+use super::records::BlockRec;
+
+struct Inflight {
+    target: u32,
+    started: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    inflight: HashMap<u64, Inflight>,
+    under: u64,
+    missing: u64,
+    done: u64,
+    failed: u64,
+    bad: u64,
+}
+
+/// Progress figures for `Report`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicationStats {
+    pub under_replicated: u64,
+    pub missing: u64,
+    pub in_flight: u64,
+    pub done: u64,
+    pub failed: u64,
+    pub bad_replicas: u64,
+}
+
+#[derive(Default)]
+pub(super) struct Replication {
+    st: Mutex<State>,
+    /// Wakes the scan loop (worker lost, bad replica, failed copy).
+    pub kick: Notify,
+}
+
+impl Replication {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn stats(&self) -> ReplicationStats {
+        let s = self.lock();
+        ReplicationStats {
+            under_replicated: s.under,
+            missing: s.missing,
+            in_flight: s.inflight.len() as u64,
+            done: s.done,
+            failed: s.failed,
+            bad_replicas: s.bad,
+        }
+    }
+
+    /// Copies in flight towards `worker`.
+    pub fn inflight_to(&self, worker: u32) -> u64 {
+        self.lock()
+            .inflight
+            .values()
+            .filter(|i| i.target == worker)
+            .count() as u64
+    }
+
+    /// Results a worker reported in its heartbeat.
+    pub fn finished(&self, worker: u32, results: &[CopyResult]) {
+        if results.is_empty() {
+            return;
+        }
+        let mut s = self.lock();
+        let mut failed = false;
+        for r in results {
+            if s.inflight
+                .get(&r.block_id)
+                .is_some_and(|i| i.target == worker)
+            {
+                s.inflight.remove(&r.block_id);
+            }
+            if r.ok {
+                s.done += 1;
+                debug!(block = r.block_id, worker, "re-replication copy done");
+            } else {
+                s.failed += 1;
+                failed = true;
+                warn!(block = r.block_id, worker, error = %r.error, "re-replication copy failed");
+            }
+        }
+        drop(s);
+        if failed {
+            self.kick.notify_one();
+        }
+    }
+
+    pub fn note_bad(&self, n: u64) {
+        if n > 0 {
+            self.lock().bad += n;
+            self.kick.notify_one();
+        }
+    }
+}
+
+impl Namespace {
+    /// One pass over the block map: schedule copies for under-replicated blocks.
+    /// Returns the number of copies scheduled. Blocking (scans RocksDB).
+    pub fn replication_scan(&self) -> FsResult<usize> {
+        let timeout = self.conf.replication_timeout.0;
+        let max_total = self.conf.replication_max_inflight.max(1) as usize;
+        let per_worker = self.conf.replication_per_worker.max(1) as u64;
+        {
+            let mut s = self.repl.lock();
+            let before = s.inflight.len();
+            s.inflight.retain(|_, i| i.started.elapsed() < timeout);
+            let expired = (before - s.inflight.len()) as u64;
+            if expired > 0 {
+                warn!(expired, "re-replication copies timed out; rescheduling");
+                s.failed += expired;
+            }
+        }
+        let live = self.workers.live_addresses();
+        let mut replicas_of: HashMap<u64, Option<(u32, i32)>> = HashMap::new();
+        let (mut under, mut missing, mut scheduled) = (0u64, 0u64, 0usize);
+        let mut commands: Vec<(u32, CopyCommand)> = Vec::new();
+        self.store.for_each_block(|b: BlockRec| {
+            if !b.committed {
+                return Ok(());
+            }
+            let want = match replicas_of.get(&b.inode) {
+                Some(v) => *v,
+                None => {
+                    let v = self
+                        .store
+                        .inode(b.inode)?
+                        .filter(is_file)
+                        .map(|i| (i.replicas.max(1), i.storage_tier));
+                    replicas_of.insert(b.inode, v);
+                    v
+                }
+            };
+            let Some((want, tier)) = want else {
+                return Ok(());
+            };
+            let live_locs: Vec<u32> = b
+                .locs
+                .iter()
+                .map(|l| l.worker_id)
+                .filter(|w| live.contains_key(w))
+                .collect();
+            if live_locs.len() >= want as usize {
+                return Ok(());
+            }
+            if live_locs.is_empty() {
+                missing += 1;
+                return Ok(());
+            }
+            under += 1;
+            let mut s = self.repl.lock();
+            if s.inflight.contains_key(&b.id) || s.inflight.len() >= max_total {
+                return Ok(());
+            }
+            let mut excluded: Vec<u32> = b.locs.iter().map(|l| l.worker_id).collect();
+            let mut per: HashMap<u32, u64> = HashMap::new();
+            for i in s.inflight.values() {
+                *per.entry(i.target).or_default() += 1;
+            }
+            excluded.extend(
+                per.iter()
+                    .filter(|(_, n)| **n >= per_worker)
+                    .map(|(w, _)| *w),
+            );
+            let tier = StorageTier::try_from(tier).unwrap_or(StorageTier::Mem);
+            let Ok(targets) = self.workers.place(tier, 1, b.len, "", &excluded) else {
+                return Ok(()); // no room anywhere right now; the next scan retries
+            };
+            let Some(t) = targets.into_iter().next() else {
+                return Ok(());
+            };
+            // Source: the first live replica (rotating by block id spreads the load).
+            let src = live_locs[(b.id as usize) % live_locs.len()];
+            let Some(source) = live.get(&src).cloned() else {
+                return Ok(());
+            };
+            s.inflight.insert(
+                b.id,
+                Inflight {
+                    target: t.worker_id,
+                    started: Instant::now(),
+                },
+            );
+            scheduled += 1;
+            commands.push((
+                t.worker_id,
+                CopyCommand {
+                    block_id: b.id,
+                    len: b.len,
+                    tier: t.tier as i32,
+                    source: Some(source),
+                },
+            ));
+            Ok(())
+        })?;
+        {
+            let mut s = self.repl.lock();
+            s.under = under;
+            s.missing = missing;
+        }
+        for (w, c) in commands {
+            self.workers.queue_copy(w, c);
+        }
+        if scheduled > 0 || missing > 0 {
+            info!(
+                under_replicated = under,
+                missing, scheduled, "re-replication scan"
+            );
+        }
+        Ok(scheduled)
+    }
+
+    /// A reader or scrubber found `worker`'s replica of `block` bad. The location is
+    /// dropped (and the worker told to delete it) when another live replica remains.
+    pub fn report_bad_block(&self, block: u64, worker: u32, reason: &str) -> FsResult<(bool, u64)> {
+        let live = self.workers.live_addresses();
+        let (removed, seq) = self.mutate(|txn| {
+            let Some(b) = txn.store.block(block)? else {
+                return Ok(false);
+            };
+            if !b.locs.iter().any(|l| l.worker_id == worker) {
+                return Ok(false);
+            }
+            let others = b
+                .locs
+                .iter()
+                .filter(|l| l.worker_id != worker && live.contains_key(&l.worker_id))
+                .count();
+            if others == 0 {
+                warn!(block, worker, %reason, "bad replica reported but it is the last live one; keeping it");
+                return Ok(false);
+            }
+            self.forget_replica(txn, worker, block)?;
+            txn.deletes.push((worker, block));
+            Ok(true)
+        })?;
+        if removed {
+            info!(block, worker, %reason, "bad replica removed; re-replicating");
+            self.repl.note_bad(1);
+        }
+        Ok((removed, seq))
+    }
+}
+
+/// Scan every `interval`, or sooner when kicked.
+pub(super) async fn replication_loop(
+    ns: std::sync::Arc<Namespace>,
+    interval: Duration,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    let interval = interval.max(Duration::from_millis(10));
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+            _ = ns.repl.kick.notified() => {}
+        }
+        let n = ns.clone();
+        match tokio::task::spawn_blocking(move || n.replication_scan()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => warn!(error = %e, "re-replication scan failed"),
+            Err(e) => warn!(error = %e, "re-replication scan panicked"),
+        }
+    }
+}

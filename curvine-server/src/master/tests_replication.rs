@@ -1,0 +1,236 @@
+//! Re-replication scheduling, bad-replica reports and the replica-count check.
+
+use std::time::Duration;
+
+use curvine_common::proto::*;
+use curvine_common::FsError;
+
+use super::namespace::Namespace;
+use super::tests::{create_req, mconf, register, root};
+
+fn ns_with(
+    dir: &std::path::Path,
+    f: impl FnOnce(&mut curvine_common::conf::MasterConf),
+) -> Namespace {
+    let mut c = mconf(dir);
+    c.replicas = 2;
+    f(&mut c);
+    Namespace::load(c, false, Duration::from_secs(30)).unwrap()
+}
+
+fn hb(ns: &Namespace, w: u32, req: HeartbeatRequest) -> HeartbeatResponse {
+    ns.heartbeat(HeartbeatRequest {
+        worker_id: w,
+        ..req
+    })
+    .unwrap()
+    .0
+}
+
+/// A complete 2-replica file of one 1000-byte block; returns (block, its workers).
+fn two_replica_file(ns: &Namespace, path: &str) -> (u64, Vec<u32>) {
+    let c = root();
+    let st = ns.create(&create_req(path, &c)).unwrap().0;
+    let b = ns
+        .add_block(&AddBlockRequest {
+            file_id: st.id,
+            path: path.into(),
+            caller: Some(c.clone()),
+            ..Default::default()
+        })
+        .unwrap()
+        .0;
+    let ws: Vec<u32> = b.locations.iter().map(|l| l.worker_id).collect();
+    assert_eq!(ws.len(), 2);
+    ns.complete(&CompleteRequest {
+        file_id: st.id,
+        path: path.into(),
+        blocks: vec![CommittedBlock {
+            block_id: b.block_id,
+            len: 1000,
+            worker_ids: ws.clone(),
+        }],
+        len: 1000,
+        caller: Some(c),
+    })
+    .unwrap();
+    (b.block_id, ws)
+}
+
+#[test]
+fn complete_refuses_a_block_with_too_few_replicas() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = ns_with(d.path(), |_| {});
+    for h in ["a", "b"] {
+        register(&ns, h, (1 << 30, 0), (0, 0));
+    }
+    let c = root();
+    let st = ns.create(&create_req("/f", &c)).unwrap().0;
+    let b = ns
+        .add_block(&AddBlockRequest {
+            file_id: st.id,
+            path: "/f".into(),
+            caller: Some(c.clone()),
+            ..Default::default()
+        })
+        .unwrap()
+        .0;
+    let e = ns
+        .complete(&CompleteRequest {
+            file_id: st.id,
+            path: "/f".into(),
+            blocks: vec![CommittedBlock {
+                block_id: b.block_id,
+                len: 10,
+                // the same worker twice is still one replica
+                worker_ids: vec![b.locations[0].worker_id, b.locations[0].worker_id],
+            }],
+            len: 10,
+            caller: Some(c),
+        })
+        .unwrap_err();
+    assert!(
+        matches!(&e, FsError::Unavailable { message } if message.contains("1 of 2")),
+        "{e:?}"
+    );
+    assert!(!ns.get_status("/f", true, &root()).unwrap().complete);
+}
+
+#[test]
+fn bad_replica_is_removed_and_copied_back() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = ns_with(d.path(), |_| {});
+    let ids: Vec<u32> = ["a", "b", "c"]
+        .iter()
+        .map(|h| register(&ns, h, (1 << 30, 0), (0, 0)))
+        .collect();
+    let (block, ws) = two_replica_file(&ns, "/f");
+    let spare = *ids.iter().find(|w| !ws.contains(w)).unwrap();
+    assert_eq!(ns.replication_scan().unwrap(), 0, "fully replicated");
+    // a report about a worker without the replica changes nothing
+    assert!(!ns.report_bad_block(block, spare, "x").unwrap().0);
+    let (removed, _) = ns.report_bad_block(block, ws[0], "checksum").unwrap();
+    assert!(removed);
+    assert_eq!(ns.report().bad_replicas, 1);
+    // the last live replica is never dropped
+    assert!(!ns.report_bad_block(block, ws[1], "checksum").unwrap().0);
+    assert_eq!(ns.replication_scan().unwrap(), 1);
+    // scheduled once: a second scan does not duplicate it
+    assert_eq!(ns.replication_scan().unwrap(), 0);
+    let r = ns.report();
+    assert_eq!((r.under_replicated, r.copies_in_flight), (1, 1));
+    // the bad worker is told to delete its copy
+    let replies: Vec<(u32, HeartbeatResponse)> = [ws[0], spare]
+        .into_iter()
+        .map(|w| (w, hb(&ns, w, HeartbeatRequest::default())))
+        .collect();
+    assert_eq!(replies[0].1.delete_blocks, vec![block]);
+    // the copy goes to a worker without the block, from the good replica
+    let (target, reply) = replies
+        .into_iter()
+        .find(|(_, r)| !r.copy_blocks.is_empty())
+        .expect("a copy command");
+    let cmd = &reply.copy_blocks[0];
+    assert_eq!((cmd.block_id, cmd.len), (block, 1000));
+    assert_eq!(cmd.source.as_ref().unwrap().worker_id, ws[1]);
+    // the target commits it and reports
+    hb(
+        &ns,
+        target,
+        HeartbeatRequest {
+            added: vec![BlockReplica {
+                block_id: block,
+                len: 1000,
+                tier: StorageTier::Mem as i32,
+            }],
+            copy_results: vec![CopyResult {
+                block_id: block,
+                ok: true,
+                error: String::new(),
+            }],
+            ..Default::default()
+        },
+    );
+    assert_eq!(ns.replication_scan().unwrap(), 0);
+    let r = ns.report();
+    assert_eq!(
+        (r.under_replicated, r.copies_in_flight, r.copies_done),
+        (0, 0, 1)
+    );
+    let (_, blocks) = ns.open("/f", &root()).unwrap();
+    let mut locs: Vec<u32> = blocks[0].locations.iter().map(|l| l.worker_id).collect();
+    locs.sort();
+    let mut want = vec![ws[1], target];
+    want.sort();
+    assert_eq!(locs, want);
+}
+
+#[test]
+fn failed_or_timed_out_copies_free_their_slot() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = ns_with(d.path(), |c| {
+        c.replication_timeout = curvine_common::conf::Dur(Duration::from_millis(50));
+    });
+    let ids: Vec<u32> = ["a", "b", "c"]
+        .iter()
+        .map(|h| register(&ns, h, (1 << 30, 0), (0, 0)))
+        .collect();
+    let (block, ws) = two_replica_file(&ns, "/f");
+    let spare = *ids.iter().find(|w| !ws.contains(w)).unwrap();
+    assert!(ns.report_bad_block(block, ws[0], "bad").unwrap().0);
+    assert_eq!(ns.replication_scan().unwrap(), 1);
+    let target = [spare, ws[0]]
+        .into_iter()
+        .find(|w| {
+            !hb(&ns, *w, HeartbeatRequest::default())
+                .copy_blocks
+                .is_empty()
+        })
+        .unwrap();
+    // a failed copy frees the slot and is scheduled again
+    hb(
+        &ns,
+        target,
+        HeartbeatRequest {
+            copy_results: vec![CopyResult {
+                block_id: block,
+                ok: false,
+                error: "source gone".into(),
+            }],
+            ..Default::default()
+        },
+    );
+    let r = ns.report();
+    assert_eq!((r.copies_in_flight, r.copies_failed), (0, 1));
+    assert_eq!(ns.replication_scan().unwrap(), 1);
+    // a copy never reported expires
+    std::thread::sleep(Duration::from_millis(80));
+    assert_eq!(
+        ns.replication_scan().unwrap(),
+        1,
+        "rescheduled after the timeout"
+    );
+    assert_eq!(ns.report().copies_failed, 2);
+}
+
+#[test]
+fn inflight_copies_are_bounded() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = ns_with(d.path(), |c| {
+        c.replication_max_inflight = 3;
+        c.replication_per_worker = 2;
+    });
+    for h in ["a", "b", "c", "d"] {
+        register(&ns, h, (1 << 30, 0), (0, 0));
+    }
+    for i in 0..6 {
+        let (block, ws) = two_replica_file(&ns, &format!("/f{i}"));
+        assert!(ns.report_bad_block(block, ws[0], "bad").unwrap().0);
+    }
+    assert_eq!(ns.replication_scan().unwrap(), 3, "cluster-wide bound");
+    let r = ns.report();
+    assert_eq!((r.under_replicated, r.copies_in_flight), (6, 3));
+    for w in r.workers {
+        assert!(w.copies_in_flight <= 2, "per-worker bound: {w:?}");
+    }
+}

@@ -1,0 +1,288 @@
+//! Re-replication on the receiving worker: the master's heartbeat reply lists blocks to
+//! copy from another worker. Each copy reads the block over the source's data plane
+//! (READ_OPEN, READ_DATA frames verified against their CRC32C), writes a staging file
+//! with freshly computed local CRCs and commits it like any write; the result goes back
+//! in the next heartbeat. At most `worker.copy_concurrency` copies run at once; a copy
+//! that fails drops its `WriteHandle` (staging removed, reservation released) and its
+//! semaphore permit with it.
+
+use std::collections::HashSet;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use curvine_common::checksum::{chunk_crcs_into, verify_chunks};
+use curvine_common::frame::{header, read_frame, write_frame};
+use curvine_common::proto::{CopyCommand, CopyResult, DataOp, StorageTier};
+use curvine_common::{FsError, FsResult};
+use tokio::io::BufReader;
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+use super::block_store::BlockStore;
+use super::data_server::join_err;
+
+/// Work done in the background that the heartbeat reports to the master.
+#[derive(Debug)]
+pub struct Background {
+    results: Mutex<Vec<CopyResult>>,
+    bad: Mutex<Vec<u64>>,
+    /// Bytes the scrubber verified since start.
+    pub scrubbed: AtomicU64,
+    /// Blocks being copied (a repeated command is ignored).
+    active: Mutex<HashSet<u64>>,
+    permits: Arc<Semaphore>,
+}
+
+impl Background {
+    pub fn new(copy_concurrency: u32) -> Background {
+        Background {
+            results: Mutex::default(),
+            bad: Mutex::default(),
+            scrubbed: AtomicU64::new(0),
+            active: Mutex::default(),
+            permits: Arc::new(Semaphore::new(copy_concurrency.max(1) as usize)),
+        }
+    }
+
+    /// Copy results and scrubber findings to send in the next heartbeat.
+    pub fn take_report(&self) -> (Vec<CopyResult>, Vec<u64>) {
+        let r = std::mem::take(&mut *self.results.lock().unwrap_or_else(|p| p.into_inner()));
+        let b = std::mem::take(&mut *self.bad.lock().unwrap_or_else(|p| p.into_inner()));
+        (r, b)
+    }
+
+    /// Put back a report whose heartbeat failed.
+    pub fn restore_report(&self, results: Vec<CopyResult>, bad: Vec<u64>) {
+        self.results
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(results);
+        self.bad
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(bad);
+    }
+
+    pub fn note_bad(&self, id: u64) {
+        self.bad.lock().unwrap_or_else(|p| p.into_inner()).push(id);
+    }
+
+    /// Copies running now.
+    pub fn active_copies(&self) -> usize {
+        self.active.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Free copy slots (for tests: every permit comes back).
+    pub fn free_permits(&self) -> usize {
+        self.permits.available_permits()
+    }
+}
+
+/// Where and how copies connect.
+#[derive(Debug, Clone)]
+pub struct CopyCtx {
+    pub store: Arc<BlockStore>,
+    pub bg: Arc<Background>,
+    pub auth_token: String,
+    pub max_frame: usize,
+    pub timeout: Duration,
+}
+
+/// Start the copies the master asked for; each runs on `tracker` until done or `cancel`.
+pub fn start_copies(
+    ctx: &CopyCtx,
+    cmds: Vec<CopyCommand>,
+    tracker: &TaskTracker,
+    cancel: &CancellationToken,
+) {
+    for cmd in cmds {
+        {
+            let mut a = ctx.bg.active.lock().unwrap_or_else(|p| p.into_inner());
+            if !a.insert(cmd.block_id) {
+                continue;
+            }
+        }
+        let ctx = ctx.clone();
+        let cancel = cancel.clone();
+        tracker.spawn(async move {
+            let id = cmd.block_id;
+            let res = tokio::select! {
+                _ = cancel.cancelled() => Err(FsError::Unavailable { message: "worker stopping".into() }),
+                r = run_copy(&ctx, &cmd) => r,
+            };
+            ctx.bg
+                .active
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+            let result = match res {
+                Ok(()) => CopyResult {
+                    block_id: id,
+                    ok: true,
+                    error: String::new(),
+                },
+                Err(e) => {
+                    warn!(block = id, error = %e, "block copy failed");
+                    CopyResult {
+                        block_id: id,
+                        ok: false,
+                        error: e.to_string(),
+                    }
+                }
+            };
+            ctx.bg
+                .results
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(result);
+        });
+    }
+}
+
+async fn run_copy(ctx: &CopyCtx, cmd: &CopyCommand) -> FsResult<()> {
+    let _permit = ctx
+        .bg
+        .permits
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|_| FsError::internal("copy semaphore closed"))?;
+    if ctx.store.block_info(cmd.block_id).is_some() {
+        return Ok(()); // already here (e.g. a repeated command)
+    }
+    match tokio::time::timeout(ctx.timeout, copy_block(ctx, cmd)).await {
+        Ok(r) => r,
+        Err(_) => Err(FsError::Timeout {
+            message: format!("copy of block {} ({:?})", cmd.block_id, ctx.timeout),
+        }),
+    }
+}
+
+/// Copy one block from `cmd.source` into this worker's store.
+pub async fn copy_block(ctx: &CopyCtx, cmd: &CopyCommand) -> FsResult<()> {
+    let id = cmd.block_id;
+    let src = cmd
+        .source
+        .clone()
+        .ok_or_else(|| FsError::invalid(format!("copy of block {id} without a source")))?;
+    let addr = format!("{}:{}", src.host, src.data_port);
+    let stream = TcpStream::connect(&addr)
+        .await
+        .map_err(|e| FsError::io_ctx(format!("connect to {addr}"), e))?;
+    let _ = stream.set_nodelay(true);
+    let (rd, mut wr) = stream.into_split();
+    let mut rd = BufReader::with_capacity(64 << 10, rd);
+    let mut h = header(DataOp::ReadOpen);
+    h.block_id = id;
+    h.len = cmd.len;
+    h.token.clone_from(&ctx.auth_token);
+    write_frame(&mut wr, &h, &[]).await?;
+    let mut buf = BytesMut::new();
+    let ok = read_frame(&mut rd, &mut buf, ctx.max_frame)
+        .await?
+        .ok_or_else(|| FsError::io(format!("{addr} closed the connection")))?;
+    if ok.op != DataOp::Ok as i32 {
+        return Err(match ok.error {
+            Some(d) => FsError::from_detail(d),
+            None => FsError::protocol(format!("{addr}: unexpected op {} to READ_OPEN", ok.op)),
+        });
+    }
+    if ok.block_len < cmd.len {
+        return Err(FsError::BlockNotFound {
+            block_id: id,
+            worker: format!("{addr} (has {} of {} bytes)", ok.block_len, cmd.len),
+        });
+    }
+    let src_cs = ok.chunk_size.max(1) as usize;
+    let tier = StorageTier::try_from(cmd.tier).unwrap_or(StorageTier::Unspecified);
+    let store = ctx.store.clone();
+    let len = cmd.len;
+    let handle = tokio::task::spawn_blocking(move || store.begin_write(id, tier, len))
+        .await
+        .map_err(join_err)??;
+    let file = handle.clone_file()?;
+    let local_cs = ctx.store.conf().chunk_size.max(1) as usize;
+    let mut crcs = Vec::with_capacity(len.div_ceil(local_cs as u64) as usize);
+    // Bytes received but not yet written: always less than one local chunk between frames.
+    let mut carry: Vec<u8> = Vec::new();
+    let mut written = 0u64;
+    let mut next = 0u64;
+    loop {
+        let f = read_frame(&mut rd, &mut buf, ctx.max_frame)
+            .await?
+            .ok_or_else(|| FsError::io(format!("{addr} closed the stream of block {id}")))?;
+        match DataOp::try_from(f.op) {
+            Ok(DataOp::ReadData) => {
+                if f.offset != next {
+                    return Err(FsError::protocol(format!(
+                        "{addr}: block {id} data at {} where {next} was expected",
+                        f.offset
+                    )));
+                }
+                if verify_chunks(&buf, src_cs, &f.crcs).is_err() {
+                    return Err(FsError::ChecksumMismatch {
+                        block_id: id,
+                        worker: addr.clone(),
+                        message: format!("copy source chunk at offset {}", f.offset),
+                    });
+                }
+                next += buf.len() as u64;
+                let keep = (len.saturating_sub(f.offset)).min(buf.len() as u64) as usize;
+                carry.extend_from_slice(&buf[..keep]);
+                let whole = carry.len() / local_cs * local_cs;
+                if whole > 0 {
+                    chunk_crcs_into(&carry[..whole], local_cs, &mut crcs);
+                    write_at(&file, &carry[..whole], written)?;
+                    written += whole as u64;
+                    carry.drain(..whole);
+                }
+            }
+            Ok(DataOp::ReadEnd) => break,
+            Ok(DataOp::Error) => {
+                return Err(match f.error {
+                    Some(d) => FsError::from_detail(d),
+                    None => FsError::io(format!("{addr}: error reading block {id}")),
+                })
+            }
+            _ => {
+                return Err(FsError::protocol(format!(
+                    "{addr}: unexpected op {} while reading block {id}",
+                    f.op
+                )))
+            }
+        }
+    }
+    if !carry.is_empty() {
+        chunk_crcs_into(&carry, local_cs, &mut crcs);
+        write_at(&file, &carry, written)?;
+        written += carry.len() as u64;
+    }
+    if written != len {
+        return Err(FsError::protocol(format!(
+            "{addr}: block {id} stream ended at {written} of {len} bytes"
+        )));
+    }
+    drop(file);
+    tokio::task::spawn_blocking(move || handle.commit(len, crcs))
+        .await
+        .map_err(join_err)??;
+    info!(block = id, len, source = %addr, "block copied");
+    debug!(block = id, "copy committed");
+    Ok(())
+}
+
+fn write_at(file: &std::fs::File, data: &[u8], off: u64) -> FsResult<()> {
+    file.write_all_at(data, off)
+        .map_err(|e| FsError::io_ctx(format!("write copied block at {off}"), e))
+}
+
+/// Scrubbed-byte counter, for the heartbeat.
+pub fn scrubbed(bg: &Background) -> u64 {
+    bg.scrubbed.load(Ordering::Relaxed)
+}
