@@ -47,8 +47,56 @@ struct Slot {
 pub(crate) struct Handle {
     pub ino: u64,
     pub writable: bool,
-    /// The reader of Curvine's copy and the file generation it was opened at.
-    reader: tokio::sync::Mutex<Option<(u64, FsReader)>>,
+    /// Readers of Curvine's copy, one per block recently read (see `Lane`).
+    lanes: Mutex<Vec<Arc<Lane>>>,
+    /// Block size of the file (0 until the first reader is open).
+    block_size: AtomicU64,
+    tick: AtomicU64,
+}
+
+/// Readers per handle: at most this many blocks keep an open reader. (Several readers
+/// per block, so read-ahead requests of one block run in parallel, measured slower on
+/// a 2-core machine: one per block.)
+const MAX_LANES: usize = 16;
+
+/// A reader for one block of the file at one generation. An `FsReader` keeps a single
+/// block source open, so random reads across blocks through one reader would reopen a
+/// source (a worker round trip) on every switch; one reader per block avoids that and
+/// lets reads of different blocks run concurrently.
+struct Lane {
+    block: u64,
+    gen: u64,
+    last_use: AtomicU64,
+    reader: tokio::sync::Mutex<Option<FsReader>>,
+}
+
+impl Handle {
+    /// The lane for block `block` at generation `gen` (created if absent; the least
+    /// recently used lane goes when there are too many).
+    fn lane(&self, block: u64, gen: u64) -> Arc<Lane> {
+        let now = self.tick.fetch_add(1, Ordering::Relaxed);
+        let mut lanes = lock(&self.lanes);
+        lanes.retain(|l| l.gen == gen);
+        if let Some(l) = lanes.iter().find(|l| l.block == block) {
+            l.last_use.store(now, Ordering::Relaxed);
+            return l.clone();
+        }
+        if lanes.len() >= MAX_LANES {
+            if let Some(i) =
+                (0..lanes.len()).min_by_key(|&i| lanes[i].last_use.load(Ordering::Relaxed))
+            {
+                lanes.swap_remove(i);
+            }
+        }
+        let l = Arc::new(Lane {
+            block,
+            gen,
+            last_use: AtomicU64::new(now),
+            reader: tokio::sync::Mutex::new(None),
+        });
+        lanes.push(l.clone());
+        l
+    }
 }
 
 pub struct CurvineFuse {
@@ -203,7 +251,9 @@ impl CurvineFuse {
         let h = Arc::new(Handle {
             ino,
             writable,
-            reader: tokio::sync::Mutex::new(None),
+            lanes: Mutex::new(Vec::new()),
+            block_size: AtomicU64::new(0),
+            tick: AtomicU64::new(0),
         });
         lock(&self.handles).insert(fh, h);
         fh
@@ -266,13 +316,20 @@ impl CurvineFuse {
                 Err(e) => return Err(errno(&e)),
             }
         };
-        let mut r = h.reader.lock().await;
-        let stale = !matches!(&*r, Some((g, _)) if *g == gen);
-        if stale {
+        let bs = h.block_size.load(Ordering::Relaxed);
+        let block = off.checked_div(bs).unwrap_or(0);
+        let lane = h.lane(block, gen);
+        let mut r = lane.reader.lock().await;
+        if r.is_none() {
             let reader = self.fs.open(&path).await.map_err(|e| errno(&e))?;
-            *r = Some((gen, reader));
+            let file_bs = reader.status().block_size;
+            if bs == 0 && file_bs > 0 {
+                // later reads pick their lane by block; this one stays in lane 0
+                h.block_size.store(file_bs, Ordering::Relaxed);
+            }
+            *r = Some(reader);
         }
-        let Some((_, reader)) = r.as_mut() else {
+        let Some(reader) = r.as_mut() else {
             return Err(Errno::from(libc::EIO));
         };
         let mut buf = vec![0u8; size as usize];

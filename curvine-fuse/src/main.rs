@@ -43,8 +43,13 @@ fn main() {
         }
     };
     init_log(&conf);
+    // one worker per core: more only adds context switches to the request path
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .clamp(2, 8);
     let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
+        .worker_threads(workers)
         .thread_name("curvine-fuse")
         .enable_all()
         .build()

@@ -115,7 +115,9 @@ pub fn prepare_mount_point(dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-/// Mount `fuse` at `dir` (as root).
+/// Mount `fuse` at `dir`. With `fusermount3` on the PATH the mount goes through it:
+/// fuse3 then serves /dev/fuse non-blocking on the runtime, where the direct (root)
+/// mount reads every request in a `spawn_blocking` hop. Without it, the direct mount.
 pub async fn mount(fuse: CurvineFuse, dir: &Path) -> anyhow::Result<MountHandle> {
     let o = &fuse.opts;
     let mut mo = fuse3::MountOptions::default();
@@ -125,12 +127,22 @@ pub async fn mount(fuse: CurvineFuse, dir: &Path) -> anyhow::Result<MountHandle>
         .read_only(o.read_only)
         .write_back(o.writeback_cache)
         .force_readdir_plus(true);
-    let handle = Session::new(mo)
-        .mount(fuse, dir)
-        .await
-        .with_context(|| format!("mount {}", dir.display()))?;
+    let session = Session::new(mo);
+    let handle = if have_fusermount3() {
+        session.mount_with_unprivileged(fuse, dir).await
+    } else {
+        session.mount(fuse, dir).await
+    }
+    .with_context(|| format!("mount {}", dir.display()))?;
     info!(dir = %dir.display(), "mounted");
     Ok(handle)
+}
+
+fn have_fusermount3() -> bool {
+    let Some(path) = std::env::var_os("PATH") else {
+        return false;
+    };
+    std::env::split_paths(&path).any(|d| d.join("fusermount3").is_file())
 }
 
 /// Raise the kernel's read-ahead for the mount at `dir` (best effort, needs root).

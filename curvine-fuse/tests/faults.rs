@@ -1,0 +1,356 @@
+//! Bad input and faults, each test on its own MiniCluster and mount: a full cluster
+//! (ENOSPC, other files intact), a worker stopped during a read (EIO, no hang, later
+//! reads work), a master restart under the mount, 255/256-byte names and paths beyond
+//! PATH_MAX, setgid directories and ctime/mtime updates.
+
+#![allow(unsafe_code)]
+
+mod common;
+
+use std::ffi::CString;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::{data, errno_of, is_mounted, spawn_daemon, wait_for};
+use curvine_server::testing::{MiniCluster, TierSpec};
+use tokio::runtime::Runtime;
+
+/// One cluster and one mount of it; the daemon is stopped and the mount detached on drop.
+struct Env {
+    rt: Runtime,
+    cluster: Option<MiniCluster>,
+    daemon: Option<Child>,
+    mnt: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn start(tiers: Option<Vec<TierSpec>>) -> Env {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let cluster = rt.block_on(async {
+            let mut b = MiniCluster::builder().workers(1);
+            if let Some(t) = tiers {
+                b = b.tiers(t);
+            }
+            b.start().await.expect("start MiniCluster")
+        });
+        let dir = tempfile::tempdir().expect("temp dir");
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
+        let mnt = dir.path().join("mnt");
+        fs::create_dir(&mnt).expect("mkdir mnt");
+        let conf = dir.path().join("cluster.toml");
+        let c = cluster.client_conf();
+        // no short-circuit: reads go through the worker (so stopping it matters); enough
+        // retries to ride out a master restart
+        let text = format!(
+            "[client]\nmaster_addrs = [\"{}\"]\nhostname = \"{}\"\nrpc_timeout = \"10s\"\n\
+             connect_timeout = \"2s\"\nshort_circuit = false\nrpc_retries = 30\n\
+             retry_backoff = \"100ms\"\n\n[fuse]\nattr_ttl = \"1s\"\nentry_ttl = \"1s\"\n\n\
+             [log]\nlevel = \"warn\"\n",
+            c.client.master_addrs[0], c.client.hostname
+        );
+        fs::write(&conf, text).expect("write conf");
+        let daemon = spawn_daemon(&conf, &mnt, &[]);
+        let env = Env {
+            rt,
+            cluster: Some(cluster),
+            daemon: Some(daemon),
+            mnt,
+            _dir: dir,
+        };
+        assert!(
+            wait_for(Duration::from_secs(20), || is_mounted(&env.mnt)
+                && fs::read_dir(&env.mnt).is_ok()),
+            "no mount at {}",
+            env.mnt.display()
+        );
+        env
+    }
+
+    fn stop_worker(&mut self) {
+        let c = self.cluster.as_mut().expect("cluster");
+        self.rt.block_on(c.stop_worker(0)).expect("stop worker");
+    }
+
+    fn start_worker(&mut self) {
+        let c = self.cluster.as_mut().expect("cluster");
+        self.rt.block_on(async {
+            c.start_worker(0).await.expect("start worker");
+            c.wait_workers_live(1).await.expect("worker live");
+        });
+    }
+
+    fn stop_master(&mut self) {
+        let c = self.cluster.as_mut().expect("cluster");
+        self.rt.block_on(c.stop_master()).expect("stop master");
+    }
+
+    fn start_master(&mut self) {
+        let c = self.cluster.as_mut().expect("cluster");
+        self.rt.block_on(async {
+            c.start_master().await.expect("start master");
+            c.wait_workers_live(1).await.expect("worker live");
+        });
+    }
+
+    fn p(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.daemon.take() {
+            // SAFETY: a signal to our own child.
+            unsafe {
+                libc::kill(c.id() as i32, libc::SIGTERM);
+            }
+            if !wait_for(Duration::from_secs(20), || {
+                matches!(c.try_wait(), Ok(Some(_)))
+            }) {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        if is_mounted(&self.mnt) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.mnt)
+                .status();
+        }
+        if let Some(c) = self.cluster.take() {
+            let _ = self.rt.block_on(c.shutdown());
+        }
+    }
+}
+
+/// Run `f` on another thread; panics if it does not finish within `limit` (a hang).
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("operation hung for more than {limit:?}"))
+}
+
+fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).expect("no NUL")
+}
+
+#[test]
+fn full_cluster_gives_enospc_and_keeps_other_files() {
+    let env = Env::start(Some(vec![TierSpec {
+        tier: "MEM",
+        capacity: 48 << 20,
+        tmpfs: true,
+    }]));
+    let keep = data(3 << 20, 7);
+    fs::write(env.p("keep"), &keep).unwrap();
+
+    let chunk = data(1 << 20, 8);
+    let big = env.p("big");
+    let res = within(Duration::from_secs(120), move || {
+        let mut f = File::create(&big)?;
+        for _ in 0..200 {
+            f.write_all(&chunk)?;
+        }
+        f.sync_all()
+    });
+    let err = res.expect_err("200 MiB cannot fit in 48 MiB");
+    assert_eq!(errno_of(&err), libc::ENOSPC, "{err}");
+
+    // the other file is intact, and removing the partial one frees the space again
+    assert_eq!(fs::read(env.p("keep")).unwrap(), keep);
+    // the client abandons a file whose write failed, so it may already be gone
+    if let Err(e) = fs::remove_file(env.p("big")) {
+        assert_eq!(errno_of(&e), libc::ENOENT, "{e}");
+    }
+    let again = data(8 << 20, 9);
+    assert!(
+        wait_for(Duration::from_secs(30), || {
+            fs::write(env.p("again"), &again).is_ok()
+                && fs::read(env.p("again")).is_ok_and(|d| d == again)
+        }),
+        "space is reusable after the delete"
+    );
+    assert_eq!(fs::read(env.p("keep")).unwrap(), keep);
+}
+
+#[test]
+fn worker_stopped_during_read_gives_eio_then_reads_work_again() {
+    let mut env = Env::start(None);
+    // three 8 MiB blocks
+    let body = data(24 << 20, 3);
+    fs::write(env.p("f"), &body).unwrap();
+
+    let f = File::open(env.p("f")).unwrap();
+    let mut head = vec![0u8; 1 << 20];
+    f.read_exact_at(&mut head, 0).unwrap();
+    assert_eq!(head, body[..1 << 20]);
+
+    env.stop_worker();
+    let res = within(Duration::from_secs(60), move || {
+        let mut buf = vec![0u8; 1 << 20];
+        f.read_exact_at(&mut buf, 20 << 20)
+    });
+    let err = res.expect_err("the only worker is gone");
+    assert_eq!(errno_of(&err), libc::EIO, "{err}");
+
+    env.start_worker();
+    let p = env.p("f");
+    let back = within(Duration::from_secs(60), move || fs::read(p)).unwrap();
+    assert!(back == body, "content after the worker came back");
+}
+
+#[test]
+fn mount_survives_a_master_restart() {
+    let mut env = Env::start(None);
+    fs::create_dir(env.p("d")).unwrap();
+    fs::write(env.p("d/before"), b"before").unwrap();
+    // a handle opened before the restart
+    let mut open = File::open(env.p("d/before")).unwrap();
+
+    env.stop_master();
+    // calls made while the master is down are retried until it is back
+    let (mnt1, mnt2) = (env.mnt.clone(), env.mnt.clone());
+    let lookup = std::thread::spawn(move || fs::metadata(mnt1.join("d/before")).map(|m| m.len()));
+    let list = std::thread::spawn(move || {
+        fs::read_dir(mnt2.join("d")).map(|it| it.filter_map(|e| e.ok()).count())
+    });
+    env.start_master();
+    assert_eq!(lookup.join().unwrap().unwrap(), 6);
+    assert_eq!(list.join().unwrap().unwrap(), 1);
+
+    let mut s = String::new();
+    open.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "before");
+    fs::write(env.p("d/after"), b"after").unwrap();
+    assert_eq!(fs::read(env.p("d/after")).unwrap(), b"after");
+    fs::rename(env.p("d/after"), env.p("d/renamed")).unwrap();
+    assert_eq!(fs::read_dir(env.p("d")).unwrap().count(), 2);
+}
+
+#[test]
+fn long_names_and_paths() {
+    let env = Env::start(None);
+    let n255 = "a".repeat(255);
+    let n256 = "b".repeat(256);
+    fs::write(env.p(&n255), b"x").unwrap();
+    assert_eq!(fs::read(env.p(&n255)).unwrap(), b"x");
+    assert!(fs::read_dir(&env.mnt)
+        .unwrap()
+        .any(|e| e.unwrap().file_name().len() == 255));
+    fs::create_dir(env.p(&"d".repeat(255))).unwrap();
+    for r in [
+        fs::write(env.p(&n256), b"x"),
+        fs::create_dir(env.p(&n256)),
+        fs::metadata(env.p(&n256)).map(|_| ()),
+        fs::rename(env.p(&n255), env.p(&n256)),
+    ] {
+        assert_eq!(errno_of(&r.unwrap_err()), libc::ENAMETOOLONG);
+    }
+    fs::remove_file(env.p(&n255)).unwrap();
+
+    // a path string longer than PATH_MAX is refused by the kernel
+    let long = env.mnt.join(format!("{}/f", vec!["d"; 2100].join("/")));
+    assert!(long.as_os_str().len() > libc::PATH_MAX as usize);
+    assert_eq!(
+        errno_of(&fs::metadata(&long).unwrap_err()),
+        libc::ENAMETOOLONG
+    );
+
+    // a tree deeper than PATH_MAX, built with *at calls: the part beyond is refused
+    let name = CString::new("c".repeat(200)).unwrap();
+    // SAFETY: plain syscalls on fds this test owns (here and below).
+    let mut fd = unsafe { libc::open(cpath(&env.mnt).as_ptr(), libc::O_DIRECTORY) };
+    assert!(fd >= 0);
+    let mut depth = 0;
+    let mut last_err = 0;
+    for _ in 0..30 {
+        // SAFETY: plain syscalls on fds this test owns.
+        let r = unsafe { libc::mkdirat(fd, name.as_ptr(), 0o755) };
+        if r != 0 {
+            last_err = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            break;
+        }
+        let next = unsafe { libc::openat(fd, name.as_ptr(), libc::O_DIRECTORY) };
+        assert!(next >= 0);
+        unsafe { libc::close(fd) };
+        fd = next;
+        depth += 1;
+    }
+    unsafe { libc::close(fd) };
+    // "/ccc…" is 201 bytes: 20 levels fit in Curvine's 4096-byte paths, 21 do not
+    assert_eq!(depth, 20);
+    assert_eq!(last_err, libc::ENAMETOOLONG);
+}
+
+#[test]
+fn setgid_directories_and_times() {
+    let env = Env::start(None);
+    let d = env.p("sg");
+    fs::create_dir(&d).unwrap();
+    std::os::unix::fs::chown(&d, None, Some(4242)).unwrap();
+    fs::set_permissions(&d, fs::Permissions::from_mode(0o2775)).unwrap();
+    assert_eq!(fs::metadata(&d).unwrap().mode() & 0o7777, 0o2775);
+
+    fs::write(d.join("f"), b"x").unwrap();
+    fs::create_dir(d.join("sub")).unwrap();
+    let f = fs::metadata(d.join("f")).unwrap();
+    let sub = fs::metadata(d.join("sub")).unwrap();
+    assert_eq!(f.gid(), 4242, "files take the directory's group");
+    assert_eq!(sub.gid(), 4242, "so do directories");
+    assert_ne!(sub.mode() & 0o2000, 0, "and they keep the setgid bit");
+    assert_eq!(f.mode() & 0o2000, 0, "files do not get it");
+
+    // times: write moves mtime and ctime; chmod moves ctime only; creating and removing
+    // entries moves the directory's mtime and ctime
+    let tick = || std::thread::sleep(Duration::from_millis(20));
+    let t = |p: &Path| {
+        let m = fs::metadata(p).unwrap();
+        ((m.mtime(), m.mtime_nsec()), (m.ctime(), m.ctime_nsec()))
+    };
+    let file = d.join("f");
+    let (m0, c0) = t(&file);
+    // attributes are cached for up to attr_ttl; wait for changes to show
+    tick();
+    let mut w = OpenOptions::new().append(true).open(&file).unwrap();
+    w.write_all(b"more").unwrap();
+    w.sync_all().unwrap();
+    drop(w);
+    assert!(wait_for(Duration::from_secs(5), || {
+        let (m, c) = t(&file);
+        m > m0 && c > c0
+    }));
+    let (m1, c1) = t(&file);
+    tick();
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(wait_for(Duration::from_secs(5), || t(&file).1 > c1));
+    assert_eq!(t(&file).0, m1, "chmod leaves mtime alone");
+
+    let (dm0, dc0) = t(&d);
+    tick();
+    fs::write(d.join("g"), b"").unwrap();
+    assert!(wait_for(Duration::from_secs(5), || {
+        let (m, c) = t(&d);
+        m > dm0 && c > dc0
+    }));
+    let (dm1, dc1) = t(&d);
+    tick();
+    fs::remove_file(d.join("g")).unwrap();
+    assert!(wait_for(Duration::from_secs(5), || {
+        let (m, c) = t(&d);
+        m > dm1 && c > dc1
+    }));
+}
