@@ -354,7 +354,10 @@ impl From<FsError> for tonic::Status {
             _ => tonic::Code::FailedPrecondition,
         };
         let detail = e.to_detail().encode_to_vec();
-        tonic::Status::with_details(grpc, e.to_string(), detail.into())
+        // The message travels percent-decoded in a header; a literal '%' followed by hex
+        // digits (a user's file name) would decode to garbage, so escape it.
+        let message = e.to_string().replace('%', "%25");
+        tonic::Status::with_details(grpc, message, detail.into())
     }
 }
 
@@ -418,6 +421,14 @@ mod tests {
         let back: FsError = tonic::Status::from(FsError::not_found("/a")).into();
         assert!(matches!(back, FsError::NotFound { ref path } if path == "/a"));
         assert_eq!(back.errno(), 2);
+    }
+
+    #[test]
+    fn percent_in_a_path_survives_the_status() {
+        let st = tonic::Status::from(FsError::not_found("/a%ff%zz"));
+        assert!(!st.message().contains("%ff"));
+        let back: FsError = st.into();
+        assert!(matches!(back, FsError::NotFound { ref path } if path == "/a%ff%zz"));
     }
 
     #[test]
