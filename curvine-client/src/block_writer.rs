@@ -136,6 +136,7 @@ impl BlockWriter {
             let sink = if sc && !ok.path.is_empty() {
                 let path = PathBuf::from(&ok.path);
                 let file = std::fs::OpenOptions::new()
+                    .read(true)
                     .write(true)
                     .open(&path)
                     .map_err(|e| {
@@ -175,6 +176,22 @@ impl BlockWriter {
 
     pub(crate) fn block_id(&self) -> u64 {
         self.block_id
+    }
+
+    /// Whether any replica receives the data over the network (then the writer must
+    /// keep its own copy to write the block again elsewhere).
+    pub(crate) fn has_remote(&self) -> bool {
+        self.replicas.iter().any(|r| matches!(r.sink, Sink::Remote))
+    }
+
+    /// A second handle on a short-circuit block file and the bytes written so far: the
+    /// data can be read back from it to rewrite the block on another worker, even after
+    /// that worker died (the open handle keeps the file).
+    pub(crate) fn local_copy(&self) -> Option<(File, u64)> {
+        self.replicas.iter().find_map(|r| match &r.sink {
+            Sink::ShortCircuit { file, .. } => file.try_clone().ok().map(|f| (f, self.written)),
+            Sink::Remote => None,
+        })
     }
 
     #[cfg(test)]

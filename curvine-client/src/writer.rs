@@ -339,7 +339,12 @@ impl FsWriter {
 
     async fn send(&mut self, data: &[u8]) -> FsResult<()> {
         self.ensure_block().await?;
-        self.block_data.extend_from_slice(data);
+        // Short-circuit-only blocks are read back from the local file if a rewrite is
+        // needed; only data sent over the network is kept in memory (and, once a
+        // rewrite filled the copy, everything after it, so the copy stays whole).
+        if !self.block_data.is_empty() || self.block.as_ref().is_some_and(|b| b.has_remote()) {
+            self.block_data.extend_from_slice(data);
+        }
         let res = match self.block.as_mut() {
             Some(b) => b.write(data).await.map_err(|e| (e, b.failed_worker())),
             None => Err((FsError::internal("no open block"), None)),
@@ -348,10 +353,29 @@ impl FsWriter {
             Ok(()) => Ok(()),
             Err((e, bad)) => {
                 let id = self.block.as_ref().map_or(0, |b| b.block_id());
+                let local = self.block.as_ref().and_then(|b| b.local_copy());
                 self.note_failure(e, bad, id)?;
+                self.recover_local(local)?;
                 self.rewrite_block().await
             }
         }
+    }
+
+    /// Load the failed block's bytes from its short-circuit file when they were not
+    /// kept in memory.
+    fn recover_local(&mut self, local: Option<(std::fs::File, u64)>) -> FsResult<()> {
+        if !self.block_data.is_empty() {
+            return Ok(());
+        }
+        let Some((file, len)) = local else {
+            return Ok(());
+        };
+        use std::os::unix::fs::FileExt;
+        let mut data = vec![0u8; len as usize];
+        file.read_exact_at(&mut data, 0)
+            .map_err(|e| FsError::io_ctx("read back a failed short-circuit block", e))?;
+        self.block_data = data;
+        Ok(())
     }
 
     /// Send the buffer: all of it when `last` (the block's end), else whole chunks.
@@ -382,6 +406,7 @@ impl FsWriter {
         self.send_buffered(true).await?;
         while let Some(b) = self.block.take() {
             let id = b.block_id();
+            let local = if b.has_remote() { None } else { b.local_copy() };
             match b.commit_traced(&self.fs.inner.pool).await {
                 Ok(committed) => {
                     self.committed.push(committed);
@@ -389,6 +414,7 @@ impl FsWriter {
                 }
                 Err((e, bad)) => {
                     self.note_failure(e, bad, id)?;
+                    self.recover_local(local)?;
                     self.rewrite_block().await?;
                 }
             }
