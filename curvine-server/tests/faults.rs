@@ -3,46 +3,14 @@
 mod common;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{data, runtime};
+use common::{block_files, data, runtime, staging_files};
 use curvine_client::{CreateOptions, CurvineFs};
 use curvine_common::proto::StorageTier;
 use curvine_common::FsError;
 use curvine_server::testing::{wait_until, MiniCluster, TierSpec};
 use tokio::io::AsyncWriteExt;
-
-fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                files_under(&p, out);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-}
-
-/// Committed block files (not checksum sidecars) of worker `i`.
-fn block_files(cluster: &MiniCluster, i: usize) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for d in cluster.worker_dirs(i) {
-        files_under(&d.join("blocks"), &mut out);
-    }
-    out.retain(|p| p.extension().is_none());
-    out
-}
-
-fn staging_files(cluster: &MiniCluster, i: usize) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for d in cluster.worker_dirs(i) {
-        files_under(&d.join("staging"), &mut out);
-    }
-    out
-}
 
 #[test]
 fn master_restart_keeps_namespace_and_data() {
@@ -91,7 +59,7 @@ fn corrupted_block_byte_is_detected() {
         let fs = CurvineFs::connect(cluster.client_conf()).await.unwrap();
         let body = data(300_000, 3);
         fs.write_file("/c/f", &body).await.unwrap();
-        let files = block_files(&cluster, 0);
+        let files: Vec<_> = block_files(&cluster, 0).into_values().collect();
         assert_eq!(files.len(), 1, "{files:?}");
         let mut bytes = std::fs::read(&files[0]).unwrap();
         bytes[200_000] ^= 0x40;

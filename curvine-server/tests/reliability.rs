@@ -8,53 +8,15 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{data, runtime};
+use common::{block_files, data, runtime, staging_files};
 use curvine_client::{CreateOptions, CurvineFs};
 use curvine_common::conf::{ByteSize, Dur};
 use curvine_common::proto::master_service_client::MasterServiceClient;
 use curvine_common::proto::{LocatedBlock, MkdirRequest, ReportResponse};
 use curvine_common::{ClusterConf, FsError};
 use curvine_server::testing::{wait_until, MiniCluster, MiniClusterBuilder, TierSpec};
-
-fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                files_under(&p, out);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-}
-
-/// Committed block files (not sidecars) of worker `i`, by block id.
-fn block_files(cluster: &MiniCluster, i: usize) -> HashMap<u64, PathBuf> {
-    let mut out = Vec::new();
-    for d in cluster.worker_dirs(i) {
-        files_under(&d.join("blocks"), &mut out);
-    }
-    out.into_iter()
-        .filter(|p| p.extension().is_none())
-        .filter_map(|p| {
-            let id = p.file_name()?.to_str()?.parse().ok()?;
-            Some((id, p))
-        })
-        .collect()
-}
-
-fn staging_files(cluster: &MiniCluster, i: usize) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for d in cluster.worker_dirs(i) {
-        files_under(&d.join("staging"), &mut out);
-    }
-    out
-}
 
 /// Fast failure detection and re-replication for tests.
 fn fast(c: &mut ClusterConf) {

@@ -3,7 +3,9 @@
 
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use curvine_client::CurvineFs;
@@ -67,4 +69,43 @@ pub fn runtime() -> Runtime {
         .enable_all()
         .build()
         .expect("test runtime")
+}
+
+fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                files_under(&p, out);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+}
+
+/// Files under `sub` (`blocks` or `staging`) of every tier dir of worker `i`.
+fn worker_files(cluster: &MiniCluster, i: usize, sub: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for d in cluster.worker_dirs(i) {
+        files_under(&d.join(sub), &mut out);
+    }
+    out
+}
+
+/// Committed block files (not checksum sidecars) of worker `i`, by block id.
+pub fn block_files(cluster: &MiniCluster, i: usize) -> HashMap<u64, PathBuf> {
+    worker_files(cluster, i, "blocks")
+        .into_iter()
+        .filter(|p| p.extension().is_none())
+        .filter_map(|p| {
+            let id = p.file_name()?.to_str()?.parse().ok()?;
+            Some((id, p))
+        })
+        .collect()
+}
+
+/// Files of writes in progress (or left behind) on worker `i`.
+pub fn staging_files(cluster: &MiniCluster, i: usize) -> Vec<PathBuf> {
+    worker_files(cluster, i, "staging")
 }
