@@ -134,6 +134,17 @@ impl MasterService for FakeMaster {
             status: Some(status.clone()),
         }))
     }
+    async fn sync(&self, r: Request<SyncRequest>) -> R<SyncResponse> {
+        let r = r.into_inner();
+        let mut st = self.state.lock().unwrap();
+        let (status, blocks) = Self::find_by_id(&mut st, r.file_id)
+            .ok_or_else(|| Status::from(FsError::not_found(r.path.clone())))?;
+        Self::apply(blocks, &r.blocks);
+        status.len = r.len;
+        Ok(Response::new(SyncResponse {
+            status: Some(status.clone()),
+        }))
+    }
     async fn open(&self, r: Request<OpenRequest>) -> R<OpenResponse> {
         let r = r.into_inner();
         let st = self.state.lock().unwrap();

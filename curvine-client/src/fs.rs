@@ -303,30 +303,42 @@ impl CurvineFs {
 
     /// All entries of a directory (every page the master returns).
     pub async fn list(&self, path: &str) -> FsResult<Vec<FileStatus>> {
-        let path = norm(path)?;
         let mut out = Vec::new();
         let mut start_after = String::new();
         loop {
-            let req = proto::ListRequest {
-                path: path.clone(),
-                start_after: start_after.clone(),
-                limit: 0,
-                caller: self.caller(),
-            };
-            let r = self
-                .inner
-                .master
-                .call("list", CallKind::Idempotent, req, |mut c, r| async move {
-                    c.list(r).await
-                })
-                .await?;
-            let last = r.statuses.last().map(|s| s.name.clone());
-            out.extend(r.statuses);
+            let (page, has_more) = self.list_page(path, &start_after, 0).await?;
+            let last = page.last().map(|s| s.name.clone());
+            out.extend(page);
             match last {
-                Some(name) if r.has_more => start_after = name,
+                Some(name) if has_more => start_after = name,
                 _ => return Ok(out),
             }
         }
+    }
+
+    /// One page of a directory listing: at most `limit` entries (0 = the master's page
+    /// size) whose names sort after `start_after` (empty = from the start), and whether
+    /// more follow. Listing a file returns the file itself.
+    pub async fn list_page(
+        &self,
+        path: &str,
+        start_after: &str,
+        limit: u32,
+    ) -> FsResult<(Vec<FileStatus>, bool)> {
+        let req = proto::ListRequest {
+            path: norm(path)?,
+            start_after: start_after.to_string(),
+            limit,
+            caller: self.caller(),
+        };
+        let r = self
+            .inner
+            .master
+            .call("list", CallKind::Idempotent, req, |mut c, r| async move {
+                c.list(r).await
+            })
+            .await?;
+        Ok((r.statuses, r.has_more))
     }
 
     pub async fn rename(&self, src: &str, dst: &str) -> FsResult<()> {
@@ -646,6 +658,31 @@ impl CurvineFs {
             })
             .await?;
         status_of(r.status, "complete")
+    }
+
+    /// Publish the committed blocks and length of a file still being written.
+    pub(crate) async fn sync_file(
+        &self,
+        file_id: u64,
+        path: &str,
+        blocks: Vec<proto::CommittedBlock>,
+        len: u64,
+    ) -> FsResult<FileStatus> {
+        let req = proto::SyncRequest {
+            file_id,
+            path: path.to_string(),
+            blocks,
+            len,
+            caller: self.caller(),
+        };
+        let r = self
+            .inner
+            .master
+            .call("sync", CallKind::Mutation, req, |mut c, r| async move {
+                c.sync(r).await
+            })
+            .await?;
+        status_of(r.status, "sync")
     }
 
     /// Give up a file being written: a new file disappears, an append rolls back to

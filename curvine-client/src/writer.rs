@@ -50,6 +50,8 @@ pub struct FsWriter {
     /// The replica failure being recovered from: reported if no replacement exists.
     replica_err: Option<FsError>,
     no_space_waits: usize,
+    /// File length at the last successful `sync`.
+    synced: Option<u64>,
     _lease: LeaseGuard,
 }
 
@@ -85,6 +87,7 @@ impl FsWriter {
             replacements: 0,
             replica_err: None,
             no_space_waits: 0,
+            synced: None,
             _lease: lease,
             status,
             fs,
@@ -194,6 +197,38 @@ impl FsWriter {
     pub async fn flush(&mut self) -> FsResult<()> {
         self.check()?;
         match self.send_buffered(false).await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.fail(e).await),
+        }
+    }
+
+    /// hflush/hsync: commit everything written so far on every replica and publish it,
+    /// so a reader that opens the file now sees all of it (the file stays open for
+    /// writing; later writes go to a new block). Durable as far as the tier's fsync
+    /// policy makes a committed block durable. Published data survives this writer: if
+    /// it fails or is dropped later, the file keeps what was synced. Nothing new since
+    /// the last sync = no round trip.
+    pub async fn sync(&mut self) -> FsResult<()> {
+        self.check()?;
+        let res = async {
+            if self.in_block == 0 && self.committed.is_empty() && self.synced == Some(self.pos) {
+                return Ok(());
+            }
+            self.finish_block().await?;
+            let blocks = std::mem::take(&mut self.committed);
+            let r = self
+                .fs
+                .sync_file(self.status.id, &self.path, blocks.clone(), self.pos)
+                .await;
+            if r.is_err() {
+                self.committed = blocks;
+            }
+            r?;
+            self.synced = Some(self.pos);
+            Ok(())
+        }
+        .await;
+        match res {
             Ok(()) => Ok(()),
             Err(e) => Err(self.fail(e).await),
         }

@@ -168,3 +168,79 @@ async fn block_counts(s: &common::Shared) -> Vec<u64> {
         .map(|w| w.tiers.iter().map(|t| t.blocks).sum())
         .collect()
 }
+
+/// hflush/hsync: what a writer synced is visible to new readers and to stat while the
+/// file is still open, across block boundaries and with replicas; a writer that then
+/// goes away leaves the synced data (and only that) in a complete file.
+async fn sync_publishes(s: &common::Shared, path: &str, replicas: u32) {
+    let opts = CreateOptions {
+        overwrite: true,
+        replicas,
+        ..Default::default()
+    };
+    let body = data(2 * BLOCK + 777, 31 + replicas as u64);
+    let mut w = s.fs.create_with(path, opts).await.unwrap();
+    // a sync before any write publishes an empty file
+    w.sync().await.unwrap();
+    assert_eq!(s.fs.stat(path).await.unwrap().len, 0);
+    let cuts = [1, 2, CHUNK + 3, BLOCK - 5, BLOCK + 9, 2 * BLOCK + 100];
+    let mut at = 0;
+    for cut in cuts {
+        w.write(&body[at..cut]).await.unwrap();
+        at = cut;
+        w.sync().await.unwrap();
+        // a second sync with nothing new is a no-op
+        w.sync().await.unwrap();
+        let st = s.fs.stat(path).await.unwrap();
+        assert_eq!(st.len, cut as u64, "{path}: stat after sync at {cut}");
+        assert!(!st.complete, "{path} is still being written");
+        let back = s.fs.read_file(path).await.unwrap();
+        assert!(
+            back == body[..cut],
+            "{path}: new reader after sync at {cut}"
+        );
+    }
+    // unsynced bytes are not visible yet
+    w.write(&body[at..]).await.unwrap();
+    assert_eq!(s.fs.stat(path).await.unwrap().len, at as u64);
+    let st = w.close().await.unwrap();
+    assert_eq!(st.len, body.len() as u64);
+    assert!(
+        s.fs.read_file(path).await.unwrap() == body,
+        "{path}: after close"
+    );
+
+    // a writer dropped after a sync: the file keeps the synced prefix, complete
+    let lost = format!("{path}-dropped");
+    let mut w =
+        s.fs.create_with(
+            &lost,
+            CreateOptions {
+                overwrite: true,
+                replicas,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    w.write(&body[..BLOCK + 3]).await.unwrap();
+    w.sync().await.unwrap();
+    w.write(&body[BLOCK + 3..]).await.unwrap();
+    drop(w);
+    curvine_server::testing::wait_until(std::time::Duration::from_secs(10), || async {
+        s.fs.stat(&lost).await.is_ok_and(|st| st.complete)
+    })
+    .await
+    .unwrap();
+    let st = s.fs.stat(&lost).await.unwrap();
+    assert_eq!(st.len, (BLOCK + 3) as u64);
+    assert!(s.fs.read_file(&lost).await.unwrap() == body[..BLOCK + 3]);
+}
+
+#[test]
+fn sync_publishes_to_new_readers() {
+    run(2, |s| async move {
+        sync_publishes(s, "/data-sync1", 1).await;
+        sync_publishes(s, "/data-sync2", 2).await;
+    });
+}

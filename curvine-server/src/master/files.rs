@@ -3,7 +3,7 @@
 
 use curvine_common::proto::{
     AddBlockRequest, AppendRequest, BlockLocation, CallerInfo, CommittedBlock, CompleteRequest,
-    CreateRequest, FileStatus, FileType, LocatedBlock, StorageTier,
+    CreateRequest, FileStatus, FileType, LocatedBlock, StorageTier, SyncRequest,
 };
 use curvine_common::{BlockId, FsError, FsResult, InodeId};
 use tracing::{debug, info};
@@ -320,8 +320,30 @@ impl Namespace {
         })
     }
 
-    /// Give up a file being written: a new file is removed, an append is rolled back to
-    /// its committed blocks. `client` None = lease expiry.
+    /// Publish what a writer has committed so far (hflush/hsync): the file stays open
+    /// for writing, but its length and blocks are visible to new readers, and they
+    /// survive the writer (abandon and lease expiry keep the committed blocks).
+    pub fn sync(&self, req: &SyncRequest) -> FsResult<(FileStatus, u64)> {
+        let c = req.caller.clone().unwrap_or_default();
+        self.mutate(|txn| {
+            let mut ino = self.writing(txn, req.file_id, &req.path, c.client_id)?;
+            let len = self.commit_blocks(txn, &mut ino, &req.blocks)?;
+            if len != req.len {
+                return Err(FsError::invalid(format!(
+                    "{}: sync of {} bytes but the committed blocks hold {len}",
+                    req.path, req.len
+                )));
+            }
+            ino.len = len;
+            ino.appending = true;
+            ino.mtime_ms = txn.now;
+            txn.put_inode(ino.clone());
+            Ok(status(&ino, req.path.clone(), ino.name.clone()))
+        })
+    }
+
+    /// Give up a file being written: a new file is removed, an append (or a file that
+    /// was synced) is rolled back to its committed blocks and completed. `client` None = lease expiry.
     pub fn abandon(&self, file_id: u64, path: &str, client: Option<u64>) -> FsResult<((), u64)> {
         self.mutate(|txn| {
             let mut ino = match client {

@@ -58,7 +58,8 @@ pub struct InodeRec {
     pub parent: u64,
     #[prost(string, tag = "21")]
     pub name: String,
-    /// Set while an append is in progress: abandoning keeps the old data.
+    /// Set while an append is in progress, or once a writer synced (hflush): abandoning
+    /// keeps the committed data instead of removing the file.
     #[prost(bool, tag = "22")]
     pub appending: bool,
 }

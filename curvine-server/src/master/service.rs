@@ -68,6 +68,12 @@ impl MasterService for MasterSvc {
         Ok(Response::new(CompleteResponse { status: Some(st) }))
     }
 
+    async fn sync(&self, req: Request<SyncRequest>) -> Reply<SyncResponse> {
+        let r = req.into_inner();
+        let st = self.durable(self.ns.sync(&r)).await?;
+        Ok(Response::new(SyncResponse { status: Some(st) }))
+    }
+
     async fn abandon(&self, req: Request<AbandonRequest>) -> Reply<AbandonResponse> {
         let r = req.into_inner();
         let client = caller(&r.caller).client_id;

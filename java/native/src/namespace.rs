@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use curvine_client::SetAttr;
-use jni::objects::{JByteArray, JClass, JObject, JObjectArray, JString};
+use jni::objects::{JBooleanArray, JByteArray, JClass, JObject, JObjectArray, JString};
 use jni::sys::{jboolean, jbyteArray, jint, jlong, jlongArray, jobject, jobjectArray, JNI_TRUE};
 use jni::JNIEnv;
 
@@ -166,6 +166,36 @@ pub extern "system" fn Java_io_curvine_NativeFs_list<'l>(
         let p = jstr(env, &path, "path")?;
         let list = c.block_on(c.fs().list(&p))?;
         Ok(status_array(env, &list)?.into_raw())
+    })
+}
+
+/// One page of a listing: entries after `startAfter` (at most `limit`, 0 = the master's
+/// page size); `more[0]` is set when entries follow.
+#[no_mangle]
+pub extern "system" fn Java_io_curvine_NativeFs_listPage<'l>(
+    mut env: JNIEnv<'l>,
+    _c: JClass<'l>,
+    fs: jlong,
+    path: JString<'l>,
+    start_after: JString<'l>,
+    limit: jint,
+    more: JBooleanArray<'l>,
+) -> jobjectArray {
+    guard(&mut env, std::ptr::null_mut(), |env| {
+        let c = client(fs)?;
+        let p = jstr(env, &path, "path")?;
+        let after = if start_after.is_null() {
+            String::new()
+        } else {
+            jstr(env, &start_after, "startAfter")?
+        };
+        let limit = u32::try_from(limit)
+            .map_err(|_| curvine_common::FsError::invalid(format!("list limit {limit}")))?;
+        let (page, has_more) = c.block_on(c.fs().list_page(&p, &after, limit))?;
+        if !more.is_null() && env.get_array_length(&more)? > 0 {
+            env.set_boolean_array_region(&more, 0, &[u8::from(has_more)])?;
+        }
+        Ok(status_array(env, &page)?.into_raw())
     })
 }
 

@@ -339,6 +339,21 @@ pub extern "system" fn Java_io_curvine_NativeFs_flush<'l>(
     })
 }
 
+/// hflush/hsync: commit what was written and publish it to new readers.
+#[no_mangle]
+pub extern "system" fn Java_io_curvine_NativeFs_sync<'l>(
+    mut env: JNIEnv<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+) {
+    guard(&mut env, (), |_| {
+        let w = writer(h)?;
+        let mut g = w.inner.lock().unwrap_or_else(|p| p.into_inner());
+        w.client.block_on(g.sync())?;
+        Ok(())
+    })
+}
+
 /// Complete the file. The handle is gone afterwards, whether or not this succeeded.
 #[no_mangle]
 pub extern "system" fn Java_io_curvine_NativeFs_closeWriter<'l>(

@@ -3,6 +3,7 @@ package io.curvine;
 import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.net.URI;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.EnumSet;
 import java.util.HashMap;
@@ -412,6 +413,39 @@ public class CurvineFileSystem extends FileSystem {
       out[i] = toStatus(list[i]);
     }
     return out;
+  }
+
+  /**
+   * One page of a directory listing, for {@link #listStatusIterator(Path)}: the master
+   * returns up to its page size ({@code master.list_page_size}) per call, so a huge
+   * directory is never held in memory at once. The token is the last name returned.
+   */
+  @Override
+  protected DirectoryEntries listStatusBatch(Path f, byte[] token) throws IOException {
+    String path = pathOf(f);
+    statistics.incrementReadOps(1);
+    String after = token == null ? "" : new String(token, StandardCharsets.UTF_8);
+    boolean[] more = new boolean[1];
+    NativeStatus[] page;
+    try {
+      page = NativeFs.listPage(fs, path, after, 0, more);
+    } catch (ParentNotDirectoryException e) {
+      NativeStatus st = stat(path);
+      if (st != null && !st.isDir()) {
+        return new DirectoryEntries(new FileStatus[] {toStatus(st)}, null, false);
+      }
+      throw e;
+    }
+    FileStatus[] out = new FileStatus[page.length];
+    for (int i = 0; i < page.length; i++) {
+      out[i] = toStatus(page[i]);
+    }
+    if (!more[0] || page.length == 0) {
+      return new DirectoryEntries(out, null, false);
+    }
+    String last = page[page.length - 1].path;
+    byte[] next = last.substring(last.lastIndexOf('/') + 1).getBytes(StandardCharsets.UTF_8);
+    return new DirectoryEntries(out, next, true);
   }
 
   @Override

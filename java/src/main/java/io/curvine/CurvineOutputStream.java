@@ -12,8 +12,10 @@ import org.apache.hadoop.fs.Syncable;
  * A file opened for writing. Small writes are gathered in a heap buffer to save JNI
  * crossings; large writes and direct ByteBuffers go straight to the native writer.
  * The file becomes visible with its data and final length when {@link #close()}
- * returns. {@link #hflush()} pushes buffered data to the workers but does not publish
- * it to readers (so the hflush/hsync stream capabilities are not declared).
+ * returns. {@link #hflush()} and {@link #hsync()} commit everything written so far on
+ * every replica and publish it: a reader that opens the file afterwards sees all of it,
+ * and the data stays even if this writer dies before closing. Each sync with new data
+ * ends the current block, so syncing after every few bytes makes many small blocks.
  */
 public class CurvineOutputStream extends OutputStream implements Syncable, StreamCapabilities {
   private final long handle;
@@ -122,9 +124,13 @@ public class CurvineOutputStream extends OutputStream implements Syncable, Strea
   public synchronized void hflush() throws IOException {
     checkOpen();
     drain();
-    NativeFs.flush(handle);
+    NativeFs.sync(handle);
   }
 
+  /**
+   * Same as {@link #hflush()}: committed blocks are as durable as their tier's fsync
+   * policy ({@code worker.fsync_*}) makes them.
+   */
   @Override
   public void hsync() throws IOException {
     hflush();
@@ -132,7 +138,13 @@ public class CurvineOutputStream extends OutputStream implements Syncable, Strea
 
   @Override
   public boolean hasCapability(String capability) {
-    return false;
+    switch (capability.toLowerCase(java.util.Locale.ROOT)) {
+      case StreamCapabilities.HFLUSH:
+      case StreamCapabilities.HSYNC:
+        return true;
+      default:
+        return false;
+    }
   }
 
   /** Completes the file; a second close does nothing. */

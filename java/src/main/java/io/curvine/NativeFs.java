@@ -30,6 +30,9 @@ final class NativeFs {
   static native void mkdirs(long fs, String path, int mode) throws IOException;
   static native NativeStatus getStatus(long fs, String path) throws IOException;
   static native NativeStatus[] list(long fs, String path) throws IOException;
+  /** One page of entries after {@code startAfter}; {@code more[0]} tells if more follow. */
+  static native NativeStatus[] listPage(long fs, String path, String startAfter, int limit,
+      boolean[] more) throws IOException;
   static native void rename(long fs, String src, String dst, int flags) throws IOException;
   static native void delete(long fs, String path, boolean recursive) throws IOException;
   static native void setAttr(long fs, String path, int mode, String owner, String group,
@@ -59,5 +62,6 @@ final class NativeFs {
   static native void writeDirect(long writer, ByteBuffer buf, int off, int len)
       throws IOException;
   static native void flush(long writer) throws IOException;
+  static native void sync(long writer) throws IOException;
   static native void closeWriter(long writer) throws IOException;
 }

@@ -97,6 +97,8 @@ public final class CurvineCluster {
         "hostname = \"127.0.0.1\"",
         "rpc_port = " + master,
         "meta_dir = \"" + dir.resolve("meta") + "\"",
+        // small pages so that every listing in the tests crosses page boundaries
+        "list_page_size = 7",
         "[journal]",
         "sync = false",
         "[worker]",

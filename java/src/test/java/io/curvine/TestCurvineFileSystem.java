@@ -484,4 +484,102 @@ public class TestCurvineFileSystem {
     assertFalse("into its own subtree", fs.rename(dir, new Path(dir, "sub")));
     assertTrue(fs.rename(dir, new Path(base, "dir2")));
   }
+
+  @Test
+  public void hflushAndHsyncPublishToNewReaders() throws IOException {
+    Path f = new Path(base, "synced");
+    byte[] body = data(3 * 1000 + 17, 5);
+    FSDataOutputStream out = fs.create(f);
+    assertTrue(out.hasCapability("hflush"));
+    assertTrue(out.hasCapability("hsync"));
+    int at = 0;
+    for (int cut : new int[] {1, 1000, 2500}) {
+      out.write(body, at, cut - at);
+      at = cut;
+      if (cut % 2 == 0) {
+        out.hflush();
+      } else {
+        out.hsync();
+      }
+      assertEquals("length after sync at " + cut, cut, fs.getFileStatus(f).getLen());
+      byte[] seen = readAll(f);
+      assertArrayEquals("new reader after sync at " + cut,
+          java.util.Arrays.copyOf(body, cut), seen);
+    }
+    out.write(body, at, body.length - at);
+    assertEquals("unsynced bytes stay invisible", at, fs.getFileStatus(f).getLen());
+    out.close();
+    assertArrayEquals(body, readAll(f));
+  }
+
+  @Test
+  public void listStatusIteratorPagesThroughALargeDirectory() throws IOException {
+    // the test cluster's master pages listings every 7 entries
+    Path dir = new Path(base, "many");
+    fs.mkdirs(dir);
+    java.util.TreeSet<String> want = new java.util.TreeSet<>();
+    for (int i = 0; i < 53; i++) {
+      String n = String.format("f%03d", i);
+      write(new Path(dir, n), new byte[] {(byte) i});
+      want.add(n);
+    }
+    List<String> got = new ArrayList<>();
+    org.apache.hadoop.fs.RemoteIterator<FileStatus> it = fs.listStatusIterator(dir);
+    while (it.hasNext()) {
+      FileStatus st = it.next();
+      assertEquals(1, st.getLen());
+      got.add(st.getPath().getName());
+    }
+    assertEquals(new ArrayList<>(want), got);
+    assertEquals(53, fs.listStatus(dir).length);
+    // a file lists as itself; a missing path is FileNotFoundException
+    org.apache.hadoop.fs.RemoteIterator<FileStatus> one =
+        fs.listStatusIterator(new Path(dir, "f007"));
+    assertTrue(one.hasNext());
+    assertEquals("f007", one.next().getPath().getName());
+    assertFalse(one.hasNext());
+    try {
+      fs.listStatusIterator(new Path(base, "missing")).hasNext();
+      fail("listing a missing directory");
+    } catch (FileNotFoundException expected) {
+      // as Hadoop specifies
+    }
+  }
+
+  @Test
+  public void fsShellPutLsCatAndRm() throws Exception {
+    java.io.File local = java.io.File.createTempFile("cv-shell", ".txt");
+    local.deleteOnExit();
+    java.nio.file.Files.write(local.toPath(), "hello from FsShell\n".getBytes(StandardCharsets.UTF_8));
+    String dir = cluster.uri().toString() + base.toUri().getPath().substring(1);
+    Configuration conf = new Configuration(cluster.conf());
+    conf.set("fs.defaultFS", cluster.uri().toString());
+    java.io.ByteArrayOutputStream captured = new java.io.ByteArrayOutputStream();
+    java.io.PrintStream saved = System.out;
+    int put;
+    int ls;
+    int cat;
+    int rm;
+    System.setOut(new java.io.PrintStream(captured, true, "UTF-8"));
+    try {
+      put = org.apache.hadoop.util.ToolRunner.run(conf, new org.apache.hadoop.fs.FsShell(),
+          new String[] {"-put", local.getPath(), dir + "/shell.txt"});
+      ls = org.apache.hadoop.util.ToolRunner.run(conf, new org.apache.hadoop.fs.FsShell(),
+          new String[] {"-ls", dir});
+      cat = org.apache.hadoop.util.ToolRunner.run(conf, new org.apache.hadoop.fs.FsShell(),
+          new String[] {"-cat", dir + "/shell.txt"});
+      rm = org.apache.hadoop.util.ToolRunner.run(conf, new org.apache.hadoop.fs.FsShell(),
+          new String[] {"-rm", "-skipTrash", dir + "/shell.txt"});
+    } finally {
+      System.setOut(saved);
+    }
+    String out = captured.toString("UTF-8");
+    assertEquals(out, 0, put);
+    assertEquals(out, 0, ls);
+    assertEquals(out, 0, cat);
+    assertEquals(out, 0, rm);
+    assertTrue(out, out.contains("shell.txt"));
+    assertTrue(out, out.contains("hello from FsShell"));
+    assertFalse(fs.exists(new Path(base, "shell.txt")));
+  }
 }
