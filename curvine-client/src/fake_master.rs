@@ -145,6 +145,9 @@ impl MasterService for FakeMaster {
             status: Some(status.clone()),
         }))
     }
+    async fn mknod(&self, _r: Request<MknodRequest>) -> R<MknodResponse> {
+        Err(Status::unimplemented("mknod"))
+    }
     async fn open(&self, r: Request<OpenRequest>) -> R<OpenResponse> {
         let r = r.into_inner();
         let st = self.state.lock().unwrap();

@@ -460,6 +460,33 @@ impl CurvineFs {
         status_of(r.status, "symlink")
     }
 
+    /// mknod(2) of a fifo, socket or device file (`rdev` for devices, which only
+    /// uid 0 may make). Curvine keeps the name and attributes; the kernel of each host
+    /// provides the pipe, socket or device.
+    pub async fn mknod(
+        &self,
+        path: &str,
+        file_type: proto::FileType,
+        mode: u32,
+        rdev: u32,
+    ) -> FsResult<FileStatus> {
+        let req = proto::MknodRequest {
+            path: norm(path)?,
+            file_type: file_type as i32,
+            mode,
+            rdev,
+            caller: self.caller(),
+        };
+        let r = self
+            .inner
+            .master
+            .call("mknod", CallKind::Mutation, req, |mut c, r| async move {
+                c.mknod(r).await
+            })
+            .await?;
+        status_of(r.status, "mknod")
+    }
+
     pub async fn readlink(&self, path: &str) -> FsResult<String> {
         let req = proto::ReadlinkRequest {
             path: norm(path)?,

@@ -38,6 +38,7 @@ pub enum ErrorCode {
     Unauthenticated = 23,
     Busy = 24,
     CrossDevice = 25,
+    NotPermitted = 26,
 }
 
 impl ErrorCode {
@@ -68,6 +69,7 @@ impl ErrorCode {
             23 => Unauthenticated,
             24 => Busy,
             25 => CrossDevice,
+            26 => NotPermitted,
             _ => Internal,
         }
     }
@@ -127,6 +129,9 @@ pub enum FsError {
     Busy { message: String },
     #[error("{path}: cross-device link")]
     CrossDevice { path: String },
+    /// The operation is reserved (EPERM), e.g. device files for non-root.
+    #[error("{path}: operation not permitted")]
+    NotPermitted { path: String },
     #[error("internal error: {message}")]
     Internal { message: String },
 }
@@ -158,6 +163,7 @@ impl FsError {
             FsError::Unauthenticated { .. } => ErrorCode::Unauthenticated,
             FsError::Busy { .. } => ErrorCode::Busy,
             FsError::CrossDevice { .. } => ErrorCode::CrossDevice,
+            FsError::NotPermitted { .. } => ErrorCode::NotPermitted,
             FsError::Internal { .. } => ErrorCode::Internal,
         }
     }
@@ -235,7 +241,7 @@ impl FsError {
             ErrorCode::Timeout => 110,                           // ETIMEDOUT
             ErrorCode::Busy | ErrorCode::FileIncomplete => 16,   // EBUSY
             ErrorCode::CrossDevice => 18,                        // EXDEV
-            ErrorCode::Unauthenticated => 1,                     // EPERM
+            ErrorCode::Unauthenticated | ErrorCode::NotPermitted => 1, // EPERM
             _ => 5,                                              // EIO
         }
     }
@@ -257,7 +263,8 @@ impl FsError {
             | FsError::FileIncomplete { path }
             | FsError::NoSuchXattr { path }
             | FsError::NotASymlink { path }
-            | FsError::CrossDevice { path } => d.path = path.clone(),
+            | FsError::CrossDevice { path }
+            | FsError::NotPermitted { path } => d.path = path.clone(),
             FsError::InvalidPath { path, message } => {
                 d.path = path.clone();
                 d.message = message.clone();
@@ -311,6 +318,7 @@ impl FsError {
             ErrorCode::NoSuchXattr => FsError::NoSuchXattr { path },
             ErrorCode::NotASymlink => FsError::NotASymlink { path },
             ErrorCode::CrossDevice => FsError::CrossDevice { path },
+            ErrorCode::NotPermitted => FsError::NotPermitted { path },
             ErrorCode::InvalidPath => FsError::InvalidPath { path, message },
             ErrorCode::ChecksumMismatch => FsError::ChecksumMismatch {
                 block_id,
@@ -342,7 +350,7 @@ impl From<FsError> for tonic::Status {
         let grpc = match e.code() {
             ErrorCode::NotFound | ErrorCode::BlockNotFound => tonic::Code::NotFound,
             ErrorCode::AlreadyExists => tonic::Code::AlreadyExists,
-            ErrorCode::PermissionDenied => tonic::Code::PermissionDenied,
+            ErrorCode::PermissionDenied | ErrorCode::NotPermitted => tonic::Code::PermissionDenied,
             ErrorCode::Unauthenticated => tonic::Code::Unauthenticated,
             ErrorCode::NoSpace => tonic::Code::ResourceExhausted,
             ErrorCode::InvalidArgument | ErrorCode::InvalidPath | ErrorCode::NameTooLong => {

@@ -15,6 +15,10 @@ pub fn kind(st: &FileStatus) -> FileType {
     match CvType::try_from(st.file_type) {
         Ok(CvType::Dir) => FileType::Directory,
         Ok(CvType::Symlink) => FileType::Symlink,
+        Ok(CvType::Fifo) => FileType::NamedPipe,
+        Ok(CvType::Socket) => FileType::Socket,
+        Ok(CvType::CharDevice) => FileType::CharDevice,
+        Ok(CvType::BlockDevice) => FileType::BlockDevice,
         _ => FileType::RegularFile,
     }
 }
@@ -54,7 +58,7 @@ pub fn to_attr(st: &FileStatus, ino: u64) -> FileAttr {
         nlink,
         uid: st.uid,
         gid: st.gid,
-        rdev: 0,
+        rdev: st.rdev,
         blksize: BLKSIZE,
     }
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use curvine_client::{CurvineFs, FileStatus, FsError, FsReader};
+use curvine_client::{CurvineFs, FileStatus, FsError, FsReader, SetAttr as CvSetAttr};
 use fuse3::raw::prelude::{FileAttr, ReplyEntry};
 use fuse3::raw::Request;
 use fuse3::{Errno, Result};
@@ -106,8 +106,15 @@ pub struct CurvineFuse {
     files: Mutex<HashMap<u64, Slot>>,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     pub(crate) dirs: Mutex<HashMap<u64, Arc<Vec<FileStatus>>>>,
+    /// Open files whose name was unlinked (or renamed over) here: the hidden name they
+    /// were moved to, deleted by the last release.
+    hidden: Mutex<HashMap<u64, String>>,
     next_fh: AtomicU64,
 }
+
+/// Where unlinked-but-open files wait for their last close, under the mount's root;
+/// readdir leaves it out.
+pub(crate) const HIDDEN_DIR: &str = ".curvine-hidden-files";
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -125,6 +132,7 @@ impl CurvineFuse {
                 files: Mutex::new(HashMap::new()),
                 handles: Mutex::new(HashMap::new()),
                 dirs: Mutex::new(HashMap::new()),
+                hidden: Mutex::new(HashMap::new()),
                 next_fh: AtomicU64::new(1),
             })
         } else {
@@ -390,7 +398,100 @@ impl CurvineFuse {
             Ok(())
         };
         self.close_state(ino).await;
+        if last {
+            self.remove_hidden(ino).await;
+        }
         res
+    }
+
+    /// Whether `ino` has open handles (or unflushed changes) in this mount.
+    fn in_use(&self, ino: u64) -> bool {
+        lock(&self.files).contains_key(&ino)
+    }
+
+    /// Whether the file at `path` is open in this mount.
+    pub(crate) fn open_here(&self, path: &str) -> bool {
+        self.inodes.ino_at(path).is_some_and(|ino| self.in_use(ino))
+    }
+
+    /// POSIX keeps an unlinked file alive while it is open. Before `path` is unlinked
+    /// or renamed over, a file open in this mount is moved under a hidden directory at
+    /// the mount's root instead (so its old directory can still be removed); its handles
+    /// keep working and the last release deletes it. Returns the inode and hidden name
+    /// when it did (then `path` is gone).
+    pub(crate) async fn hide_if_open(
+        &self,
+        fs: &CurvineFs,
+        path: &str,
+    ) -> Result<Option<(u64, String)>> {
+        let Some(ino) = self.inodes.ino_at(path) else {
+            return Ok(None);
+        };
+        if !self.in_use(ino) {
+            return Ok(None);
+        }
+        let dir = self.hidden_dir().await?;
+        let n = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let hidden =
+            curvine_common::path::child(&dir, &format!("{ino:x}-{n}-{}", std::process::id()));
+        // no-replace: never clobber anything that happens to have the name
+        fs.rename_with_flags(path, &hidden, 1)
+            .await
+            .map_err(|e| errno(&e))?;
+        self.inodes.renamed(path, &hidden, false);
+        debug!(path, hidden, "open file unlinked: kept under a hidden name");
+        let old = lock(&self.hidden).insert(ino, hidden.clone());
+        if let Some(old) = old {
+            // the same open file unlinked again under another name it had
+            self.delete_hidden(&old).await;
+        }
+        Ok(Some((ino, hidden)))
+    }
+
+    /// `<mount root>/.curvine-hidden-files`, made on first use: sticky and writable by
+    /// all (like /tmp), since files are moved there as the user who unlinks them.
+    async fn hidden_dir(&self) -> Result<String> {
+        let dir = curvine_common::path::child(&self.opts.fs_path, HIDDEN_DIR);
+        match self.fs.mkdir(&dir, false).await {
+            Ok(_) => {
+                let mode = CvSetAttr {
+                    mode: Some(0o1777),
+                    ..Default::default()
+                };
+                self.fs.set_attr(&dir, mode).await.map_err(|e| errno(&e))?;
+            }
+            Err(FsError::AlreadyExists { .. }) => {}
+            Err(e) => return Err(errno(&e)),
+        }
+        Ok(dir)
+    }
+
+    /// Undo `hide_if_open` (the rename that needed it failed).
+    pub(crate) async fn unhide(&self, fs: &CurvineFs, ino: u64, hidden: &str, path: &str) {
+        match fs.rename_with_flags(hidden, path, 1).await {
+            Ok(()) => {
+                self.inodes.renamed(hidden, path, false);
+                lock(&self.hidden).remove(&ino);
+            }
+            Err(e) => warn!(path, hidden, error = %e, "could not restore an open file's name"),
+        }
+    }
+
+    async fn remove_hidden(&self, ino: u64) {
+        if self.in_use(ino) {
+            return;
+        }
+        let Some(path) = lock(&self.hidden).remove(&ino) else {
+            return;
+        };
+        self.delete_hidden(&path).await;
+    }
+
+    async fn delete_hidden(&self, path: &str) {
+        match self.fs.delete(path, false).await {
+            Ok(_) | Err(FsError::NotFound { .. }) => self.inodes.unlinked(path),
+            Err(e) => warn!(path, error = %e, "could not delete an unlinked file's hidden name"),
+        }
     }
 
     /// truncate(2)/ftruncate(2): set the length of `ino`.

@@ -123,7 +123,6 @@ impl InodeTable {
     }
 
     /// The inode known at `path`, if any.
-    #[cfg(test)]
     pub fn ino_at(&self, path: &str) -> Option<u64> {
         self.lock().by_path.get(path).copied()
     }

@@ -5,14 +5,14 @@ use std::ffi::{OsStr, OsString};
 use std::num::NonZeroU32;
 
 use bytes::Bytes;
-use curvine_client::{CreateOptions, FsError, SetAttr as CvSetAttr};
+use curvine_client::{CreateOptions, FileType as CvFileType, FsError, SetAttr as CvSetAttr};
 use fuse3::raw::prelude::*;
 use fuse3::{Errno, Inode, Result};
 use futures_util::stream::{self, Stream};
 use tracing::{debug, info};
 
 use crate::attr::{empty_attr, errno, kind, ms, permits};
-use crate::fs::CurvineFuse;
+use crate::fs::{CurvineFuse, HIDDEN_DIR};
 use crate::inodes::ROOT_INO;
 
 const XATTR_LOCAL_NAMESPACES: [&str; 2] = ["security.", "system."];
@@ -164,16 +164,26 @@ impl Filesystem for CurvineFuse {
         parent: Inode,
         name: &OsStr,
         mode: u32,
-        _rdev: u32,
+        rdev: u32,
     ) -> Result<ReplyEntry> {
         self.check_writable()?;
         let path = self.child_of(parent, name)?;
-        let fmt = mode & libc::S_IFMT;
-        if fmt != 0 && fmt != libc::S_IFREG {
-            // Curvine stores files, directories and symlinks only
-            return Err(Errno::from(libc::EPERM));
-        }
         let fs = self.caller(&req);
+        let special = match mode & libc::S_IFMT {
+            0 | libc::S_IFREG => None,
+            libc::S_IFIFO => Some(CvFileType::Fifo),
+            libc::S_IFSOCK => Some(CvFileType::Socket),
+            libc::S_IFCHR => Some(CvFileType::CharDevice),
+            libc::S_IFBLK => Some(CvFileType::BlockDevice),
+            _ => return Err(Errno::from(libc::EINVAL)),
+        };
+        if let Some(kind) = special {
+            let st = fs
+                .mknod(&path, kind, mode & 0o7777, rdev)
+                .await
+                .map_err(e)?;
+            return Ok(self.entry(&st, &path).await);
+        }
         let opts = CreateOptions {
             exclusive: true,
             create_parents: false,
@@ -218,7 +228,11 @@ impl Filesystem for CurvineFuse {
     async fn unlink(&self, req: Request, parent: Inode, name: &OsStr) -> Result<()> {
         self.check_writable()?;
         let path = self.child_of(parent, name)?;
-        self.caller(&req).delete(&path, false).await.map_err(e)?;
+        let fs = self.caller(&req);
+        if self.hide_if_open(&fs, &path).await?.is_some() {
+            return Ok(());
+        }
+        fs.delete(&path, false).await.map_err(e)?;
         self.inodes.unlinked(&path);
         Ok(())
     }
@@ -259,10 +273,25 @@ impl Filesystem for CurvineFuse {
         }
         let src = self.child_of(parent, name)?;
         let dst = self.child_of(new_parent, new_name)?;
-        self.caller(&req)
-            .rename_with_flags(&src, &dst, flags)
-            .await
-            .map_err(e)?;
+        let fs = self.caller(&req);
+        let mut hidden = None;
+        if flags == 0
+            && src != dst
+            && self.open_here(&dst)
+            && fs
+                .lstat(&src)
+                .await
+                .is_ok_and(|st| st.file_type != CvFileType::Dir as i32)
+        {
+            // a file open here that is about to be replaced stays readable
+            hidden = self.hide_if_open(&fs, &dst).await?;
+        }
+        if let Err(err) = fs.rename_with_flags(&src, &dst, flags).await {
+            if let Some((ino, h)) = hidden {
+                self.unhide(&fs, ino, &h, &dst).await;
+            }
+            return Err(e(err));
+        }
         self.inodes
             .renamed(&src, &dst, flags & RENAME_EXCHANGE != 0);
         Ok(())
@@ -413,7 +442,10 @@ impl Filesystem for CurvineFuse {
 
     async fn opendir(&self, req: Request, inode: Inode, _flags: u32) -> Result<ReplyOpen> {
         let path = self.path_of(inode)?;
-        let list = self.caller(&req).list(&path).await.map_err(e)?;
+        let mut list = self.caller(&req).list(&path).await.map_err(e)?;
+        if inode == ROOT_INO {
+            list.retain(|st| st.name != HIDDEN_DIR);
+        }
         let fh = self.next_dir_fh();
         self.dirs
             .lock()

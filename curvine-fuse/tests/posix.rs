@@ -556,3 +556,252 @@ fn random_reads_across_blocks_match() {
     a.read_exact_at(&mut buf, 33 << 20).unwrap();
     assert!(buf[..] == new[33 << 20..(33 << 20) + 4096]);
 }
+
+/// Names under the Curvine directory `cv`, as the client sees them (hidden ones too).
+fn curvine_names(cv: &str) -> Vec<String> {
+    let s = shared();
+    let mut names: Vec<String> =
+        s.rt.block_on(s.fs.list(cv))
+            .expect("list through the client")
+            .into_iter()
+            .map(|st| st.name)
+            .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn unlinked_open_file_stays_usable_until_closed() {
+    let (dir, cv) = test_dir("unlinked-open");
+    let p = dir.join("f");
+    fs::write(&p, b"keep me").unwrap();
+    let rw = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    let ro = File::open(&p).unwrap();
+    fs::remove_file(&p).unwrap();
+    assert!(!p.exists());
+    assert_eq!(fs::read_dir(&dir).unwrap().count(), 0, "the name is gone");
+    assert_eq!(
+        errno_of(&fs::remove_file(&p).unwrap_err()),
+        libc::ENOENT,
+        "unlinked twice"
+    );
+    // both handles still reach the data; writes through one are seen by the other
+    let mut buf = [0u8; 7];
+    ro.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"keep me");
+    rw.write_all_at(b"!", 7).unwrap();
+    let mut buf = [0u8; 8];
+    rw.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"keep me!");
+    ro.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"keep me!");
+    // a new file under the old name is a different file
+    fs::write(&p, b"new").unwrap();
+    rw.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"keep me!");
+    assert_eq!(fs::read(&p).unwrap(), b"new");
+    drop(rw);
+    drop(ro);
+    // the last close removes the hidden name
+    assert!(
+        common::wait_for(std::time::Duration::from_secs(10), || curvine_names(&cv)
+            == ["f"]),
+        "left behind: {:?}",
+        curvine_names(&cv)
+    );
+}
+
+#[test]
+fn rename_over_an_open_file_keeps_its_content_for_the_holder() {
+    let (dir, cv) = test_dir("rename-over-open");
+    let a = dir.join("a");
+    let b = dir.join("b");
+    fs::write(&a, b"old content").unwrap();
+    let held = File::open(&a).unwrap();
+    fs::write(&b, b"new").unwrap();
+    fs::rename(&b, &a).unwrap();
+    assert_eq!(fs::read(&a).unwrap(), b"new");
+    assert!(!b.exists());
+    let mut s = String::new();
+    (&held).read_to_string(&mut s).unwrap();
+    assert_eq!(s, "old content");
+    // a failed rename over an open file leaves it where it was
+    assert!(fs::rename(dir.join("missing"), &a).is_err());
+    assert_eq!(fs::read(&a).unwrap(), b"new");
+    drop(held);
+    assert!(
+        common::wait_for(std::time::Duration::from_secs(10), || curvine_names(&cv)
+            == ["a"]),
+        "left behind: {:?}",
+        curvine_names(&cv)
+    );
+}
+
+/// flock(2) and fcntl open-file-description locks on the mount. The mount does not ask
+/// the kernel to route locks to it, so the kernel enforces them for every process on
+/// this host: two open file descriptions conflict, and unlock / close releases.
+#[test]
+fn flock_and_fcntl_locks_exclude_each_other() {
+    use std::os::fd::AsRawFd;
+    let (dir, _) = test_dir("locks");
+    let p = dir.join("lock");
+    fs::write(&p, b"x").unwrap();
+    let a = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    let b = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    // flock
+    assert_eq!(
+        unsafe { libc::flock(a.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+        0
+    );
+    let r = unsafe { libc::flock(b.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(r, -1);
+    assert_eq!(
+        errno_of(&std::io::Error::last_os_error()),
+        libc::EWOULDBLOCK
+    );
+    assert_eq!(
+        unsafe { libc::flock(b.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) },
+        -1
+    );
+    assert_eq!(unsafe { libc::flock(a.as_raw_fd(), libc::LOCK_UN) }, 0);
+    assert_eq!(
+        unsafe { libc::flock(b.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) },
+        0
+    );
+    assert_eq!(
+        unsafe { libc::flock(a.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) },
+        0
+    );
+    assert_eq!(unsafe { libc::flock(a.as_raw_fd(), libc::LOCK_UN) }, 0);
+    assert_eq!(unsafe { libc::flock(b.as_raw_fd(), libc::LOCK_UN) }, 0);
+    // fcntl byte-range locks (OFD flavour: per open file description)
+    let lk = |fd: i32, kind: i32, start: i64, len: i64| -> i32 {
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = kind as i16;
+        fl.l_whence = libc::SEEK_SET as i16;
+        fl.l_start = start;
+        fl.l_len = len;
+        let r = unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &fl) };
+        if r == 0 {
+            0
+        } else {
+            errno_of(&std::io::Error::last_os_error())
+        }
+    };
+    assert_eq!(lk(a.as_raw_fd(), libc::F_WRLCK, 0, 10), 0);
+    let busy = lk(b.as_raw_fd(), libc::F_WRLCK, 5, 10);
+    assert!(busy == libc::EAGAIN || busy == libc::EACCES, "{busy}");
+    assert_eq!(
+        lk(b.as_raw_fd(), libc::F_WRLCK, 10, 10),
+        0,
+        "disjoint range"
+    );
+    // F_OFD_GETLK reports the holder's range
+    let mut q: libc::flock = unsafe { std::mem::zeroed() };
+    q.l_type = libc::F_WRLCK as i16;
+    q.l_whence = libc::SEEK_SET as i16;
+    q.l_start = 0;
+    q.l_len = 1;
+    assert_eq!(
+        unsafe { libc::fcntl(b.as_raw_fd(), libc::F_OFD_GETLK, &mut q) },
+        0
+    );
+    assert_eq!(q.l_type, libc::F_WRLCK as i16);
+    assert_eq!((q.l_start, q.l_len), (0, 10));
+    drop(a); // closing releases its locks
+    assert_eq!(lk(b.as_raw_fd(), libc::F_WRLCK, 0, 10), 0);
+}
+
+fn mknod(p: &Path, mode: u32, dev: libc::dev_t) -> std::io::Result<()> {
+    let c = cpath(p);
+    if unsafe { libc::mknod(c.as_ptr(), mode, dev) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// mknod of a fifo, a socket and devices: the node and its attributes live in Curvine;
+/// the kernel provides the pipe (a writer and a reader meet through it).
+#[test]
+fn mknod_fifo_socket_and_devices() {
+    use std::os::unix::fs::FileTypeExt;
+    let (dir, cv) = test_dir("mknod");
+    let fifo = dir.join("fifo");
+    mknod(&fifo, libc::S_IFIFO | 0o640, 0).unwrap();
+    let md = fs::symlink_metadata(&fifo).unwrap();
+    assert!(md.file_type().is_fifo());
+    assert_eq!(md.mode() & 0o777, 0o640);
+    assert_eq!(
+        errno_of(&mknod(&fifo, libc::S_IFIFO | 0o640, 0).unwrap_err()),
+        libc::EEXIST
+    );
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || fs::write(&fifo, b"through the pipe").unwrap())
+    };
+    assert_eq!(fs::read(&fifo).unwrap(), b"through the pipe");
+    writer.join().unwrap();
+
+    mknod(&dir.join("sock"), libc::S_IFSOCK | 0o600, 0).unwrap();
+    assert!(fs::symlink_metadata(dir.join("sock"))
+        .unwrap()
+        .file_type()
+        .is_socket());
+    // a unix socket bound on the mount is a socket node too
+    let bound = dir.join("bound");
+    let _l = std::os::unix::net::UnixListener::bind(&bound).unwrap();
+    assert!(fs::symlink_metadata(&bound)
+        .unwrap()
+        .file_type()
+        .is_socket());
+
+    let null = dir.join("null");
+    let dev = libc::makedev(1, 3);
+    mknod(&null, libc::S_IFCHR | 0o666, dev).unwrap();
+    let md = fs::symlink_metadata(&null).unwrap();
+    assert!(md.file_type().is_char_device());
+    assert_eq!(md.rdev(), dev);
+    // (opening it is up to the kernel: FUSE mounts are nodev, so EACCES)
+    assert_eq!(errno_of(&fs::write(&null, b"x").unwrap_err()), libc::EACCES);
+    mknod(&dir.join("blk"), libc::S_IFBLK | 0o600, libc::makedev(7, 0)).unwrap();
+    assert!(fs::symlink_metadata(dir.join("blk"))
+        .unwrap()
+        .file_type()
+        .is_block_device());
+    // the nodes are in Curvine, but their data is not
+    let s = shared();
+    let st = s.rt.block_on(s.fs.stat(&format!("{cv}/null"))).unwrap();
+    assert_eq!(st.file_type, curvine_client::FileType::CharDevice as i32);
+    assert!(s.rt.block_on(s.fs.open(&format!("{cv}/fifo"))).is_err());
+    // chmod, rename and unlink of special files
+    fs::set_permissions(&fifo, fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(fs::symlink_metadata(&fifo).unwrap().mode() & 0o777, 0o600);
+    fs::rename(&fifo, dir.join("fifo2")).unwrap();
+    fs::remove_file(dir.join("fifo2")).unwrap();
+    fs::remove_file(&null).unwrap();
+
+    // an unprivileged user makes fifos but not devices (EPERM), through the mount and
+    // through the client (the master checks too)
+    let nobody = s.fs.with_identity(65534, 65534);
+    let err =
+        s.rt.block_on(nobody.mknod(
+            &format!("{cv}/c"),
+            curvine_client::FileType::CharDevice,
+            0o600,
+            0,
+        ))
+        .unwrap_err();
+    assert_eq!(err.errno(), libc::EPERM, "{err}");
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+    let (ok, out) = sh_as_nobody(
+        &dir,
+        "mkdir -p u && mkfifo u/p && test -p u/p && \
+         (mknod u/c c 1 3 2>&1; echo rc=$?)",
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("rc=1") && out.to_lowercase().contains("not permitted"),
+        "{out}"
+    );
+}

@@ -443,6 +443,10 @@ fn mode_string(st: &FileStatus) -> String {
     let kind = match FileType::try_from(st.file_type) {
         Ok(FileType::Dir) => 'd',
         Ok(FileType::Symlink) => 'l',
+        Ok(FileType::Fifo) => 'p',
+        Ok(FileType::Socket) => 's',
+        Ok(FileType::CharDevice) => 'c',
+        Ok(FileType::BlockDevice) => 'b',
         _ => '-',
     };
     let mut s = String::with_capacity(10);
@@ -506,6 +510,10 @@ fn stat_text(s: &FileStatus) -> String {
     let kind = match FileType::try_from(s.file_type) {
         Ok(FileType::Dir) => "directory",
         Ok(FileType::Symlink) => "symlink",
+        Ok(FileType::Fifo) => "fifo",
+        Ok(FileType::Socket) => "socket",
+        Ok(FileType::CharDevice) => "character device",
+        Ok(FileType::BlockDevice) => "block device",
         _ => "file",
     };
     let tier = StorageTier::try_from(s.storage_tier).unwrap_or(StorageTier::Unspecified);

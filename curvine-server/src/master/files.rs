@@ -122,6 +122,9 @@ impl Namespace {
                     path: w.path.clone(),
                 });
             }
+            if !is_file(&ino) {
+                return Err(FsError::invalid(format!("{}: not a regular file", w.path)));
+            }
             check(&c, &ino, 2, &w.path)?;
             if !ino.complete {
                 return Err(FsError::Busy {
@@ -431,6 +434,12 @@ impl Namespace {
             return Err(FsError::IsADirectory {
                 path: w.path.clone(),
             });
+        }
+        if !is_file(ino) {
+            return Err(FsError::invalid(format!(
+                "{}: not a regular file; its data is not in Curvine",
+                w.path
+            )));
         }
         check(c, ino, 4, &w.path)?;
         let blocks = self.located_blocks(ino.id)?;

@@ -318,6 +318,7 @@ pub(super) fn status(i: &InodeRec, path: String, name: String) -> FileStatus {
         complete: is_dir(i) || is_symlink(i) || i.complete,
         symlink_target: i.symlink_target.clone(),
         children: i.children,
+        rdev: i.rdev,
     }
 }
 

@@ -62,6 +62,9 @@ pub struct InodeRec {
     /// keeps the committed data instead of removing the file.
     #[prost(bool, tag = "22")]
     pub appending: bool,
+    /// Device files: the device number.
+    #[prost(uint32, tag = "23")]
+    pub rdev: u32,
 }
 
 /// Where one replica of a block lives.

@@ -74,6 +74,12 @@ impl MasterService for MasterSvc {
         Ok(Response::new(SyncResponse { status: Some(st) }))
     }
 
+    async fn mknod(&self, req: Request<MknodRequest>) -> Reply<MknodResponse> {
+        let r = req.into_inner();
+        let st = self.durable(self.ns.mknod(&r)).await?;
+        Ok(Response::new(MknodResponse { status: Some(st) }))
+    }
+
     async fn abandon(&self, req: Request<AbandonRequest>) -> Reply<AbandonResponse> {
         let r = req.into_inner();
         let client = caller(&r.caller).client_id;

@@ -1,6 +1,6 @@
 //! Names and directories: mkdir, stat, list, rename, delete, symlink, readlink, link.
 
-use curvine_common::proto::{CallerInfo, FileStatus, FileType};
+use curvine_common::proto::{CallerInfo, FileStatus, FileType, MknodRequest};
 use curvine_common::{FsError, FsResult};
 use tracing::debug;
 
@@ -150,6 +150,43 @@ impl Namespace {
             check(c, &dir, 3, &w.parent_path())?;
             let mut ino = Self::new_inode(txn, FileType::Symlink, 0o777, c, &dir, &w.name);
             ino.symlink_target = target.to_string();
+            ino.complete = true;
+            txn.counters.files += 1;
+            txn.link_entry(dir.id, &w.name, ino.id)?;
+            txn.put_inode(ino.clone());
+            Ok(status(&ino, w.path.clone(), w.name.clone()))
+        })
+    }
+
+    /// A fifo, socket or device node at `path`. Only uid 0 makes device nodes (EPERM
+    /// for others, as mknod(2)).
+    pub fn mknod(&self, req: &MknodRequest) -> FsResult<(FileStatus, u64)> {
+        let c = req.caller.clone().unwrap_or_default();
+        let kind = FileType::try_from(req.file_type).unwrap_or(FileType::Unspecified);
+        match kind {
+            FileType::Fifo | FileType::Socket => {}
+            FileType::CharDevice | FileType::BlockDevice if c.uid == 0 => {}
+            FileType::CharDevice | FileType::BlockDevice => {
+                return Err(FsError::NotPermitted {
+                    path: req.path.clone(),
+                })
+            }
+            _ => {
+                return Err(FsError::invalid(format!(
+                    "{}: mknod makes fifos, sockets and devices, not {kind:?}",
+                    req.path
+                )))
+            }
+        }
+        self.mutate(|txn| {
+            let w = self.walk(&*txn, &req.path, &c, false)?;
+            if w.inode.is_some() {
+                return Err(FsError::exists(&w.path));
+            }
+            let dir = w.dir()?.clone();
+            check(&c, &dir, 3, &w.parent_path())?;
+            let mut ino = Self::new_inode(txn, kind, req.mode, &c, &dir, &w.name);
+            ino.rdev = req.rdev;
             ino.complete = true;
             txn.counters.files += 1;
             txn.link_entry(dir.id, &w.name, ino.id)?;
