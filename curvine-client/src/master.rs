@@ -3,6 +3,7 @@
 //! `client.master_addrs` on `Unavailable` / `NotLeader`.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::RwLock;
 use std::time::Duration;
 
@@ -23,7 +24,8 @@ pub const AUTH_METADATA_KEY: &str = "x-curvine-token";
 pub(crate) enum CallKind {
     /// Reads (and idempotent writes such as `mkdir -p`): retried on any retryable error.
     Idempotent,
-    /// Mutations: retried only on `NotLeader` (the master did not apply them).
+    /// Mutations: retried only when the master surely did not apply them: `NotLeader`,
+    /// or the request never reached it (connection refused, as while it restarts).
     Mutation,
 }
 
@@ -164,16 +166,23 @@ impl MasterClient {
         F: Fn(Client, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
     {
+        // set by an attempt whose request never left this host
+        let undelivered = AtomicBool::new(false);
         let retry_if = |e: &FsError| match kind {
             CallKind::Idempotent => e.is_retryable(),
-            // the master surely did not apply a mutation it refused as a follower
-            CallKind::Mutation => matches!(e, FsError::NotLeader { .. }),
+            // the master surely did not apply a mutation it refused as a follower or
+            // never received
+            CallKind::Mutation => {
+                matches!(e, FsError::NotLeader { .. }) || undelivered.load(Ordering::Relaxed)
+            }
         };
         self.retry
             .run_if(what, retry_if, |_| {
                 let req = req.clone();
                 let f = &f;
+                let undelivered = &undelivered;
                 async move {
+                    undelivered.store(false, Ordering::Relaxed);
                     let (idx, client) = self.client();
                     let mut request = tonic::Request::new(req);
                     if let Some((raw, bearer)) = &self.token {
@@ -187,7 +196,12 @@ impl MasterClient {
                     let res = match tokio::time::timeout(self.rpc_timeout, f(client, request)).await
                     {
                         Ok(Ok(resp)) => Ok(resp.into_inner()),
-                        Ok(Err(status)) => Err(FsError::from(status)),
+                        Ok(Err(status)) => {
+                            if never_sent(&status) {
+                                undelivered.store(true, Ordering::Relaxed);
+                            }
+                            Err(FsError::from(status))
+                        }
                         Err(_) => Err(FsError::Timeout {
                             message: format!("{what} ({:?})", self.rpc_timeout),
                         }),
@@ -218,6 +232,30 @@ impl MasterClient {
     }
 }
 
+/// Whether a failed call's request surely never reached the master: the connection
+/// to it could not be made (refused, or the connect itself failed or timed out).
+fn never_sent(status: &tonic::Status) -> bool {
+    if status.code() != tonic::Code::Unavailable {
+        return false;
+    }
+    let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(e) = src {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::ConnectionRefused {
+                return true;
+            }
+        }
+        if let Some(t) = e.downcast_ref::<tonic::transport::Error>() {
+            // tonic's own error for a connection it could not establish
+            if error_chain(t).contains("tcp connect error") {
+                return true;
+            }
+        }
+        src = e.source();
+    }
+    false
+}
+
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
@@ -227,4 +265,86 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         src = inner.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU32;
+
+    use curvine_common::proto::MkdirRequest;
+
+    use super::*;
+
+    /// A mutation whose connection is refused never reached the master: it is retried.
+    /// One that reached it and failed is not.
+    #[tokio::test]
+    async fn mutations_retry_only_when_never_sent() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        }; // closed again: connections are refused
+        let mut conf = ClientConf::default();
+        conf.master_addrs = vec![format!("127.0.0.1:{port}")];
+        conf.rpc_retries = 3;
+        conf.retry_backoff = curvine_common::conf::Dur(Duration::from_millis(1));
+        let client = MasterClient::lazy(&conf, "").unwrap();
+        let calls = AtomicU32::new(0);
+        let err = client
+            .call(
+                "mkdir",
+                CallKind::Mutation,
+                MkdirRequest::default(),
+                |mut c, r| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    async move { c.mkdir(r).await }
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, FsError::Unavailable { .. }), "{err}");
+        assert_eq!(calls.load(Ordering::SeqCst), 3, "refused: every try made");
+
+        // a server that answers but breaks the call: the request was sent, no retry
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = listener.accept().await {
+                drop(s); // accept, then hang up
+            }
+        });
+        conf.master_addrs = vec![addr.to_string()];
+        let client = MasterClient::lazy(&conf, "").unwrap();
+        let calls = AtomicU32::new(0);
+        let idempotent = AtomicU32::new(0);
+        let _ = client
+            .call(
+                "mkdir",
+                CallKind::Mutation,
+                MkdirRequest::default(),
+                |mut c, r| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    async move { c.mkdir(r).await }
+                },
+            )
+            .await
+            .unwrap_err();
+        let _ = client
+            .call(
+                "mkdir",
+                CallKind::Idempotent,
+                MkdirRequest::default(),
+                |mut c, r| {
+                    idempotent.fetch_add(1, Ordering::SeqCst);
+                    async move { c.mkdir(r).await }
+                },
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(idempotent.load(Ordering::SeqCst), 3);
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1,
+            "maybe delivered: not retried"
+        );
+    }
 }

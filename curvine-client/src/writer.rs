@@ -23,6 +23,10 @@ const MAX_REPLACEMENTS: u32 = 5;
 /// Waits before giving up on NoSpace: deleted blocks free their space only once the
 /// workers deleted them (heartbeat) and the master saw their new tier reports.
 const NO_SPACE_BACKOFF: [u64; 4] = [100, 200, 400, 800];
+/// Waits for a live worker when the master has none (e.g. just restarted, before the
+/// workers' next heartbeat): up to 50 × 200 ms.
+const NO_WORKER_WAITS: u32 = 50;
+const NO_WORKER_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 pub struct FsWriter {
     fs: CurvineFs,
@@ -50,6 +54,7 @@ pub struct FsWriter {
     /// The replica failure being recovered from: reported if no replacement exists.
     replica_err: Option<FsError>,
     no_space_waits: usize,
+    no_worker_waits: u32,
     /// File length at the last successful `sync`.
     synced: Option<u64>,
     _lease: LeaseGuard,
@@ -87,6 +92,7 @@ impl FsWriter {
             replacements: 0,
             replica_err: None,
             no_space_waits: 0,
+            no_worker_waits: 0,
             synced: None,
             _lease: lease,
             status,
@@ -269,6 +275,16 @@ impl FsWriter {
                 Ok(l) => l,
                 Err(e @ FsError::NoSpace { .. }) => {
                     self.wait_for_space(e).await?;
+                    continue;
+                }
+                // no worker at all yet (workers re-register after a master restart):
+                // wait for one, for up to 10 s
+                Err(e @ FsError::Unavailable { .. })
+                    if self.replica_err.is_none() && self.no_worker_waits < NO_WORKER_WAITS =>
+                {
+                    self.no_worker_waits += 1;
+                    debug!(path = %self.path, error = %e, "no worker to place a block on; waiting");
+                    tokio::time::sleep(NO_WORKER_WAIT).await;
                     continue;
                 }
                 // no other worker can take the block: the replica's error says why

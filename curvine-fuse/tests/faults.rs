@@ -228,9 +228,26 @@ fn mount_survives_a_master_restart() {
     let list = std::thread::spawn(move || {
         fs::read_dir(mnt2.join("d")).map(|it| it.filter_map(|e| e.ok()).count())
     });
+    // and so are mutations, which never reached the stopped master
+    let mnt3 = env.mnt.clone();
+    let mutate = std::thread::spawn(move || -> Result<(), String> {
+        let d = mnt3.join("made-while-down");
+        fs::create_dir(&d).map_err(|e| format!("mkdir: {e}"))?;
+        fs::write(d.join("f"), b"while down").map_err(|e| format!("write: {e}"))?;
+        fs::rename(d.join("f"), d.join("g")).map_err(|e| format!("rename: {e}"))?;
+        fs::remove_file(d.join("g")).map_err(|e| format!("unlink: {e}"))
+    });
+    // the lookup, the listing and the mkdir are all waiting on the mount now
+    assert!(
+        wait_for(Duration::from_secs(10), || threads_in_fuse() >= 3),
+        "requests did not reach the mount"
+    );
     env.start_master();
     assert_eq!(lookup.join().unwrap().unwrap(), 6);
     assert_eq!(list.join().unwrap().unwrap(), 1);
+    mutate.join().unwrap().unwrap();
+    assert!(env.p("made-while-down").is_dir());
+    assert_eq!(fs::read_dir(env.p("made-while-down")).unwrap().count(), 0);
 
     let mut s = String::new();
     open.read_to_string(&mut s).unwrap();
@@ -353,4 +370,18 @@ fn setgid_directories_and_times() {
         let (m, c) = t(&d);
         m > dm1 && c > dc1
     }));
+}
+
+/// Threads of this process blocked in a FUSE request (waiting for the daemon's answer).
+fn threads_in_fuse() -> usize {
+    let Ok(tasks) = fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| t.ok())
+        .filter(|t| {
+            fs::read_to_string(t.path().join("wchan"))
+                .is_ok_and(|w| w.contains("request_wait_answer") || w.contains("fuse"))
+        })
+        .count()
 }
