@@ -56,6 +56,8 @@ impl MasterService for FakeMaster {
         add_block(AddBlockRequest) -> AddBlockResponse;
         complete(CompleteRequest) -> CompleteResponse;
         abandon(AbandonRequest) -> AbandonResponse;
+        sync(SyncRequest) -> SyncResponse;
+        mknod(MknodRequest) -> MknodResponse;
         renew_lease(RenewLeaseRequest) -> RenewLeaseResponse;
         get_status(GetStatusRequest) -> GetStatusResponse;
         list(ListRequest) -> ListResponse;
