@@ -78,6 +78,11 @@ pub struct MasterConf {
     pub replication_per_worker: u32,
     /// A copy not reported done within this time is given up (and rescheduled).
     pub replication_timeout: Dur,
+    /// Memory for RocksDB memtables, all column families together: the master's
+    /// memory stays bounded as the namespace grows.
+    pub meta_write_buffer: ByteSize,
+    /// RocksDB block cache (index, filter and data blocks of the metadata).
+    pub meta_cache: ByteSize,
 }
 
 impl Default for MasterConf {
@@ -98,6 +103,8 @@ impl Default for MasterConf {
             replication_max_inflight: 64,
             replication_per_worker: 4,
             replication_timeout: Dur(Duration::from_secs(120)),
+            meta_write_buffer: ByteSize(16 << 20),
+            meta_cache: ByteSize(16 << 20),
         }
     }
 }

@@ -345,7 +345,11 @@ impl Namespace {
         sync: bool,
         lost_timeout: std::time::Duration,
     ) -> FsResult<Namespace> {
-        let store = Arc::new(Store::open(&conf.meta_dir)?);
+        let store = Arc::new(Store::open(
+            &conf.meta_dir,
+            conf.meta_write_buffer.0,
+            conf.meta_cache.0,
+        )?);
         if !store.is_formatted()? {
             format(&store)?;
         }

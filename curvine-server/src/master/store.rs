@@ -71,8 +71,9 @@ pub struct Store {
 }
 
 impl Store {
-    /// Open (creating if needed) the store in `dir`.
-    pub fn open(dir: &Path) -> FsResult<Store> {
+    /// Open (creating if needed) the store in `dir`, with at most `write_buffer` bytes
+    /// of memtables (all column families) and a `cache`-byte block cache.
+    pub fn open(dir: &Path, write_buffer: u64, cache: u64) -> FsResult<Store> {
         std::fs::create_dir_all(dir)
             .map_err(|e| FsError::io_ctx(format!("create {}", dir.display()), e))?;
         let mut opts = Options::default();
@@ -80,11 +81,23 @@ impl Store {
         opts.create_missing_column_families(true);
         opts.increase_parallelism(2);
         opts.set_max_background_jobs(2);
+        // Bounded memory: the memtables of all column families share `write_buffer`
+        // (a full one is flushed early), and every table block, index and filter
+        // included, goes through one LRU cache.
+        let write_buffer = (write_buffer as usize).max(1 << 20);
+        opts.set_db_write_buffer_size(write_buffer);
+        let block_cache = rocksdb::Cache::new_lru_cache((cache as usize).max(1 << 20));
+        let mut table = rocksdb::BlockBasedOptions::default();
+        table.set_block_cache(&block_cache);
+        table.set_cache_index_and_filter_blocks(true);
+        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
         let cfs = [CF_INODES, CF_EDGES, CF_BLOCKS, CF_WORKER_BLOCKS, CF_META]
             .into_iter()
             .map(|n| {
                 let mut o = Options::default();
-                o.set_write_buffer_size(32 << 20);
+                o.set_write_buffer_size(write_buffer / 4);
+                o.set_max_write_buffer_number(2);
+                o.set_block_based_table_factory(&table);
                 ColumnFamilyDescriptor::new(n, o)
             });
         let db = DB::open_cf_descriptors(&opts, dir, cfs)
