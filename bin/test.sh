@@ -15,7 +15,7 @@ if [ "${LINT:-1}" = 1 ]; then
   cargo clippy --release --workspace --all-targets -- -D warnings
 fi
 echo "== Rust tests"
-cargo test --release --workspace --no-fail-fast
+cargo test --release --workspace --features curvine-server/fault-injection --no-fail-fast
 echo "== Java tests"
 cargo build --release -p curvine-jni -p curvine-server
 (cd java && mvn -B -ntp test)

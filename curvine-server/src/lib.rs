@@ -2,6 +2,9 @@
 //! placement) and the worker (tiered block store and data plane). They never import
 //! each other; they meet only through `curvine-common`.
 
+// First: its hook macros are used by the modules below.
+#[macro_use]
+pub mod fault;
 pub mod master;
 pub mod testing;
 pub mod worker;

@@ -241,10 +241,102 @@ fn garbage_bytes_do_not_hurt_servers() {
     });
 }
 
-/// kill -9 the master process during a metadata load; after restart every acknowledged
-/// mutation is present.
+/// One client's metadata operation in the kill -9 load.
+#[derive(Clone, Debug)]
+enum MetaOp {
+    Mkdir(String),
+    /// create + close of an empty file
+    Create(String),
+    /// rename of an earlier own file to a new name
+    Rename(String, String),
+    /// delete of an earlier own file
+    Delete(String),
+}
+
+/// What a client saw: its acknowledged ops in order, and the op that failed (in flight
+/// at the kill, so it may or may not have been applied).
+#[derive(Debug, Default)]
+struct ClientLog {
+    acked: Vec<MetaOp>,
+    in_flight: Option<MetaOp>,
+}
+
+async fn apply_op(fs: &CurvineFs, op: &MetaOp) -> curvine_common::FsResult<()> {
+    match op {
+        MetaOp::Mkdir(p) => fs.mkdir(p, false).await.map(|_| ()),
+        MetaOp::Create(p) => fs.create(p, false).await?.close().await.map(|_| ()),
+        MetaOp::Rename(s, d) => fs.rename(s, d).await,
+        MetaOp::Delete(p) => fs.delete(p, false).await,
+    }
+}
+
+/// Run mixed metadata ops in `/k9/t{t}` until one fails; `acked` counts successes of all.
+async fn k9_client(
+    fs: CurvineFs,
+    t: usize,
+    acked: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> ClientLog {
+    let mut log = ClientLog::default();
+    let mut live: std::collections::VecDeque<String> = Default::default();
+    for i in 0.. {
+        let p = |k: &str| format!("/k9/t{t}/{k}{i}");
+        let op = match (i % 4, live.len()) {
+            (0, _) => MetaOp::Mkdir(p("d")),
+            (2, n) if n > 1 => MetaOp::Rename(live[0].clone(), p("r")),
+            (3, n) if n > 1 => MetaOp::Delete(live[0].clone()),
+            _ => MetaOp::Create(p("f")),
+        };
+        if let Err(e) = apply_op(&fs, &op).await {
+            log.in_flight = Some(op);
+            if !matches!(e, FsError::Unavailable { .. } | FsError::Timeout { .. }) {
+                eprintln!("client {t}: op failed with {e}");
+            }
+            return log;
+        }
+        match &op {
+            MetaOp::Create(p) => live.push_back(p.clone()),
+            MetaOp::Rename(_, d) => {
+                live.pop_front();
+                live.push_back(d.clone());
+            }
+            MetaOp::Delete(_) => {
+                live.pop_front();
+            }
+            MetaOp::Mkdir(_) => {}
+        }
+        log.acked.push(op);
+        acked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    log
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seen {
+    Absent,
+    Dir,
+    File,
+    /// a file still under construction
+    OpenFile,
+}
+
+async fn seen(fs: &CurvineFs, p: &str) -> Seen {
+    match fs.stat(p).await {
+        Ok(st) if st.file_type == curvine_common::proto::FileType::Dir as i32 => Seen::Dir,
+        Ok(st) if st.complete => Seen::File,
+        Ok(_) => Seen::OpenFile,
+        Err(FsError::NotFound { .. }) => Seen::Absent,
+        Err(e) => panic!("stat {p}: {e}"),
+    }
+}
+
+/// kill -9 the master process during a metadata load of 32 clients (separate
+/// connections) mixing mkdir, create+close, rename and delete; after restart every
+/// acknowledged op's effect is present and the op in flight at the kill is all or nothing.
 #[test]
 fn master_kill9_keeps_acknowledged_mutations() {
+    const CLIENTS: usize = 32;
+    const ACKED_BEFORE_KILL: usize = 1500;
+    let started = std::time::Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -255,6 +347,7 @@ fn master_kill9_keeps_acknowledged_mutations() {
     write!(
         f,
         "[master]\nhostname = \"127.0.0.1\"\nrpc_port = {port}\nmeta_dir = \"{}\"\n\
+         lease_timeout = \"2s\"\n\
          [client]\nmaster_addrs = [\"127.0.0.1:{port}\"]\nrpc_timeout = \"5s\"\nrpc_retries = 1\n\
          [log]\nlevel = \"warn\"\n",
         dir.path().join("meta").display()
@@ -271,69 +364,107 @@ fn master_kill9_keeps_acknowledged_mutations() {
     let rt = runtime();
     let mut child = start();
     let conf = curvine_common::ClusterConf::load(&conf_path).unwrap();
-    let acked = rt.block_on(async {
+    let logs = rt.block_on(async {
         let fs = wait_connect(&conf).await;
-        fs.mkdir("/k9", true).await.unwrap();
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        for t in 0..CLIENTS {
+            fs.mkdir(&format!("/k9/t{t}"), true).await.unwrap();
+        }
+        let acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut tasks = Vec::new();
-        for t in 0..4 {
-            let (fs, tx) = (fs.clone(), tx.clone());
-            tasks.push(tokio::spawn(async move {
-                for i in 0.. {
-                    let p = format!("/k9/t{t}-{i}");
-                    let r = match i % 3 {
-                        0 => fs.mkdir(&p, false).await.map(|_| ()),
-                        _ => match fs.create(&p, false).await {
-                            Ok(mut w) => w.close().await.map(|_| ()),
-                            Err(e) => Err(e),
-                        },
-                    };
-                    match r {
-                        Ok(()) => {
-                            let _ = tx.send(p);
-                        }
-                        Err(_) => break,
-                    }
-                }
-            }));
+        for t in 0..CLIENTS {
+            let fs = CurvineFs::connect(conf.clone()).await.unwrap();
+            tasks.push(tokio::spawn(k9_client(fs, t, acked.clone())));
         }
-        drop(tx);
-        // let some work get acknowledged, then kill -9
-        let mut acked = Vec::new();
-        while acked.len() < 300 {
-            match rx.recv().await {
-                Some(p) => acked.push(p),
-                None => break,
-            }
-        }
+        // let work get acknowledged by every client, then kill -9 mid-load
+        wait_until(Duration::from_secs(30), || async {
+            acked.load(std::sync::atomic::Ordering::Relaxed) >= ACKED_BEFORE_KILL
+        })
+        .await
+        .unwrap();
         child.kill().unwrap(); // SIGKILL
         let _ = child.wait();
+        let mut logs = Vec::new();
         for t in tasks {
-            let _ = t.await;
+            logs.push(t.await.unwrap());
         }
-        while let Ok(p) = rx.try_recv() {
-            acked.push(p);
-        }
-        acked
+        logs
     });
-    assert!(acked.len() >= 300);
+    let acked: usize = logs.iter().map(|l| l.acked.len()).sum();
+    assert!(acked >= ACKED_BEFORE_KILL, "{acked}");
     let mut child = start();
+    let mut findings: std::collections::BTreeMap<String, usize> = Default::default();
     rt.block_on(async {
         let fs = wait_connect(&conf).await;
-        for p in &acked {
-            let st = fs
-                .stat(p)
-                .await
-                .unwrap_or_else(|e| panic!("acknowledged {p} lost after kill -9: {e}"));
-            // acknowledged files were closed: complete, not half-written
-            assert!(
-                st.complete || st.file_type == curvine_common::proto::FileType::Dir as i32,
-                "{p}"
-            );
+        for (t, log) in logs.iter().enumerate() {
+            // the state the acknowledged ops leave, path by path
+            let mut model: std::collections::HashMap<&str, Seen> = Default::default();
+            for op in &log.acked {
+                match op {
+                    MetaOp::Mkdir(p) => model.insert(p.as_str(), Seen::Dir),
+                    MetaOp::Create(p) => model.insert(p.as_str(), Seen::File),
+                    MetaOp::Rename(s, d) => {
+                        model.insert(s.as_str(), Seen::Absent);
+                        model.insert(d.as_str(), Seen::File)
+                    }
+                    MetaOp::Delete(p) => model.insert(p.as_str(), Seen::Absent),
+                };
+            }
+            let touched: Vec<&str> = match &log.in_flight {
+                Some(MetaOp::Rename(s, d)) => vec![s.as_str(), d.as_str()],
+                Some(MetaOp::Mkdir(p) | MetaOp::Create(p) | MetaOp::Delete(p)) => vec![p.as_str()],
+                None => vec![],
+            };
+            for (p, want) in &model {
+                if !touched.contains(p) {
+                    let got = seen(&fs, p).await;
+                    assert_eq!(got, *want, "client {t}: acknowledged state of {p} lost");
+                }
+            }
+            let Some(op) = &log.in_flight else {
+                panic!("client {t} saw no error at the kill");
+            };
+            let finding = match op {
+                MetaOp::Mkdir(p) => match seen(&fs, p).await {
+                    Seen::Absent => "mkdir: not applied",
+                    Seen::Dir => "mkdir: applied",
+                    other => panic!("{p}: in-flight mkdir left {other:?}"),
+                },
+                MetaOp::Create(p) => match seen(&fs, p).await {
+                    Seen::Absent => "create: not applied",
+                    Seen::File => "create: applied and closed",
+                    Seen::OpenFile => {
+                        // created but not closed: the restarted master hands out a fresh
+                        // lease, which expires and removes the partial file
+                        wait_until(Duration::from_secs(10), || async {
+                            seen(&fs, p).await == Seen::Absent
+                        })
+                        .await
+                        .unwrap_or_else(|_| panic!("{p}: open file never expired"));
+                        "create: open at the kill, removed by lease expiry"
+                    }
+                    Seen::Dir => panic!("{p}: in-flight create left a directory"),
+                },
+                MetaOp::Rename(s, d) => match (seen(&fs, s).await, seen(&fs, d).await) {
+                    (Seen::File, Seen::Absent) => "rename: not applied",
+                    (Seen::Absent, Seen::File) => "rename: applied",
+                    other => panic!("{s} -> {d}: in-flight rename left {other:?}"),
+                },
+                MetaOp::Delete(p) => match seen(&fs, p).await {
+                    Seen::File => "delete: not applied",
+                    Seen::Absent => "delete: applied",
+                    other => panic!("{p}: in-flight delete left {other:?}"),
+                },
+            };
+            *findings.entry(finding.to_string()).or_default() += 1;
         }
     });
     child.kill().unwrap();
     let _ = child.wait();
+    eprintln!(
+        "kill -9 under {CLIENTS} clients: {acked} acknowledged ops all present; in flight at \
+         the kill: {findings:?}; {:?} in all",
+        started.elapsed()
+    );
 }
 
 async fn wait_connect(conf: &curvine_common::ClusterConf) -> CurvineFs {
@@ -349,4 +480,232 @@ async fn wait_connect(conf: &curvine_common::ClusterConf) -> CurvineFs {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("master did not come up: {last:?}");
+}
+
+/// A master and a worker as real processes on fresh ports and dirs.
+struct Procs {
+    dir: tempfile::TempDir,
+    conf_path: std::path::PathBuf,
+    conf: curvine_common::ClusterConf,
+}
+
+impl Procs {
+    fn new() -> Procs {
+        let dir = tempfile::tempdir().unwrap();
+        let free_port = || {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let (mport, wport) = (free_port(), free_port());
+        let conf_path = dir.path().join("conf.toml");
+        let text = format!(
+            "[master]\nhostname = \"127.0.0.1\"\nrpc_port = {mport}\nmeta_dir = \"{meta}\"\n\
+             block_size = \"8MB\"\nlease_timeout = \"2s\"\nworker_lost_timeout = \"3s\"\n\
+             [worker]\nhostname = \"127.0.0.1\"\ndata_port = {wport}\n\
+             data_dir = [\"[SSD:1GB]{data}\"]\nheartbeat_interval = \"200ms\"\n\
+             [client]\nhostname = \"127.0.0.1\"\nmaster_addrs = [\"127.0.0.1:{mport}\"]\n\
+             rpc_timeout = \"3s\"\nconnect_timeout = \"1s\"\nrpc_retries = 1\n\
+             short_circuit = false\n\
+             [log]\nlevel = \"warn\"\n",
+            meta = dir.path().join("meta").display(),
+            data = dir.path().join("ssd").display(),
+        );
+        std::fs::write(&conf_path, text).unwrap();
+        let conf = curvine_common::ClusterConf::load(&conf_path).unwrap();
+        Procs {
+            dir,
+            conf_path,
+            conf,
+        }
+    }
+
+    fn spawn(&self, role: &str) -> std::process::Child {
+        std::process::Command::new(env!("CARGO_BIN_EXE_curvine-server"))
+            .args([role, "--conf"])
+            .arg(&self.conf_path)
+            .spawn()
+            .unwrap()
+    }
+
+    fn staging_files(&self) -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        common::files_under(&self.dir.path().join("ssd").join("staging"), &mut out);
+        out
+    }
+}
+
+#[allow(unsafe_code)]
+fn sigterm(child: &std::process::Child) {
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped yet.
+    let r = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(r, 0, "kill(SIGTERM)");
+}
+
+/// Wait for `child` to exit; it must exit with status 0 within `within`.
+async fn exits_cleanly(child: &mut std::process::Child, within: Duration, what: &str) {
+    let t = std::time::Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            assert!(st.success(), "{what} exited with {st}");
+            return;
+        }
+        if t.elapsed() > within {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not exit within {within:?} of SIGTERM");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn live_workers(fs: &CurvineFs) -> usize {
+    match fs.report().await {
+        Ok(r) => r.workers.iter().filter(|w| w.alive).count(),
+        Err(_) => 0,
+    }
+}
+
+/// SIGTERM the worker during a streamed write and the master during metadata calls:
+/// every call ends (success or a clean error) within the rpc timeout, both processes
+/// exit 0, no staging file is left, and all acknowledged data reads back.
+#[test]
+fn sigterm_drains_master_and_worker() {
+    let rt = runtime();
+    let p = Procs::new();
+    let rpc_timeout = p.conf.client.rpc_timeout.get();
+    let bound = rpc_timeout + Duration::from_secs(2);
+    let mut master = p.spawn("master");
+    let mut worker = p.spawn("worker");
+    rt.block_on(async {
+        let fs = wait_connect(&p.conf).await;
+        wait_until(Duration::from_secs(20), || async {
+            live_workers(&fs).await == 1
+        })
+        .await
+        .unwrap();
+
+        // 1. SIGTERM the worker while a client streams files through it
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, u64)>();
+        let writer = {
+            let fs = fs.clone();
+            tokio::spawn(async move {
+                for i in 0u64.. {
+                    let path = format!("/gs/f{i}");
+                    let body = data(4 << 20, 100 + i);
+                    let res = async {
+                        let mut w = fs.create(&path, true).await?;
+                        for piece in body.chunks(256 << 10) {
+                            let t = std::time::Instant::now();
+                            w.write(piece).await?;
+                            assert!(t.elapsed() < bound, "write hung {:?}", t.elapsed());
+                        }
+                        let t = std::time::Instant::now();
+                        w.close().await?;
+                        assert!(t.elapsed() < bound, "close hung {:?}", t.elapsed());
+                        Ok::<_, FsError>(())
+                    }
+                    .await;
+                    match res {
+                        Ok(()) => {
+                            let _ = tx.send((path, 100 + i));
+                        }
+                        Err(e) => return e,
+                    }
+                }
+                unreachable!()
+            })
+        };
+        let mut acked_files = Vec::new();
+        while acked_files.len() < 3 {
+            acked_files.push(rx.recv().await.expect("writer stopped early"));
+        }
+        sigterm(&worker);
+        let e = tokio::time::timeout(bound + Duration::from_secs(5), writer)
+            .await
+            .expect("the write in flight at SIGTERM hung")
+            .unwrap();
+        eprintln!("write in flight at the worker's SIGTERM failed with: {e}");
+        while let Ok(f) = rx.try_recv() {
+            acked_files.push(f);
+        }
+        exits_cleanly(&mut worker, Duration::from_secs(15), "worker").await;
+        // the aborted write's staging file went away with the graceful stop
+        assert!(p.staging_files().is_empty(), "{:?}", p.staging_files());
+
+        worker = p.spawn("worker");
+        wait_until(Duration::from_secs(20), || async {
+            fs.write_file("/gs/probe", b"probe").await.is_ok()
+        })
+        .await
+        .unwrap();
+
+        // 2. SIGTERM the master while 8 clients make metadata calls
+        let acked_dirs = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let mut tasks = Vec::new();
+        for t in 0..8 {
+            let fs = CurvineFs::connect(p.conf.clone()).await.unwrap();
+            let acked = acked_dirs.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0.. {
+                    let d = format!("/gs/m{t}-{i}");
+                    let c = std::time::Instant::now();
+                    let r = fs.mkdir(&d, false).await;
+                    assert!(c.elapsed() < bound, "mkdir hung {:?}", c.elapsed());
+                    if r.is_err() {
+                        return;
+                    }
+                    acked.lock().unwrap().push(d.clone());
+                    let c = std::time::Instant::now();
+                    let r = fs.stat(&d).await;
+                    assert!(c.elapsed() < bound, "stat hung {:?}", c.elapsed());
+                    if r.is_err() {
+                        return;
+                    }
+                }
+            }));
+        }
+        wait_until(Duration::from_secs(20), || async {
+            acked_dirs.lock().unwrap().len() >= 200
+        })
+        .await
+        .unwrap();
+        sigterm(&master);
+        for t in tasks {
+            tokio::time::timeout(bound + Duration::from_secs(5), t)
+                .await
+                .expect("a metadata client hung after the master's SIGTERM")
+                .unwrap();
+        }
+        exits_cleanly(&mut master, Duration::from_secs(15), "master").await;
+
+        // 3. restart: every acknowledged mutation and byte is there
+        master = p.spawn("master");
+        let fs = wait_connect(&p.conf).await;
+        wait_until(Duration::from_secs(20), || async {
+            live_workers(&fs).await == 1
+        })
+        .await
+        .unwrap();
+        let dirs = acked_dirs.lock().unwrap().clone();
+        for d in &dirs {
+            let st = fs.stat(d).await.unwrap_or_else(|e| panic!("{d} lost: {e}"));
+            assert_eq!(st.file_type, curvine_common::proto::FileType::Dir as i32);
+        }
+        for (path, seed) in &acked_files {
+            assert!(
+                fs.read_file(path).await.unwrap() == data(4 << 20, *seed),
+                "{path}"
+            );
+        }
+        assert!(p.staging_files().is_empty(), "{:?}", p.staging_files());
+        eprintln!(
+            "graceful shutdown: {} files and {} dirs acknowledged, all present after restart",
+            acked_files.len(),
+            dirs.len()
+        );
+        sigterm(&worker);
+        sigterm(&master);
+        exits_cleanly(&mut worker, Duration::from_secs(15), "worker").await;
+        exits_cleanly(&mut master, Duration::from_secs(15), "master").await;
+    });
 }

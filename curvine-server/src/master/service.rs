@@ -31,6 +31,7 @@ fn caller(c: &Option<CallerInfo>) -> CallerInfo {
 #[tonic::async_trait]
 impl MasterService for MasterSvc {
     async fn mkdir(&self, req: Request<MkdirRequest>) -> Reply<MkdirResponse> {
+        fault_rpc!("master.Mkdir", &req);
         let r = req.into_inner();
         let st = self
             .durable(
@@ -42,12 +43,14 @@ impl MasterService for MasterSvc {
     }
 
     async fn create(&self, req: Request<CreateRequest>) -> Reply<CreateResponse> {
+        fault_rpc!("master.Create", &req);
         let r = req.into_inner();
         let st = self.durable(self.ns.create(&r)).await?;
         Ok(Response::new(CreateResponse { status: Some(st) }))
     }
 
     async fn append(&self, req: Request<AppendRequest>) -> Reply<AppendResponse> {
+        fault_rpc!("master.Append", &req);
         let r = req.into_inner();
         let (st, last) = self.durable(self.ns.append(&r)).await?;
         Ok(Response::new(AppendResponse {
@@ -57,30 +60,35 @@ impl MasterService for MasterSvc {
     }
 
     async fn add_block(&self, req: Request<AddBlockRequest>) -> Reply<AddBlockResponse> {
+        fault_rpc!("master.AddBlock", &req);
         let r = req.into_inner();
         let b = self.durable(self.ns.add_block(&r)).await?;
         Ok(Response::new(AddBlockResponse { block: Some(b) }))
     }
 
     async fn complete(&self, req: Request<CompleteRequest>) -> Reply<CompleteResponse> {
+        fault_rpc!("master.Complete", &req);
         let r = req.into_inner();
         let st = self.durable(self.ns.complete(&r)).await?;
         Ok(Response::new(CompleteResponse { status: Some(st) }))
     }
 
     async fn sync(&self, req: Request<SyncRequest>) -> Reply<SyncResponse> {
+        fault_rpc!("master.Sync", &req);
         let r = req.into_inner();
         let st = self.durable(self.ns.sync(&r)).await?;
         Ok(Response::new(SyncResponse { status: Some(st) }))
     }
 
     async fn mknod(&self, req: Request<MknodRequest>) -> Reply<MknodResponse> {
+        fault_rpc!("master.Mknod", &req);
         let r = req.into_inner();
         let st = self.durable(self.ns.mknod(&r)).await?;
         Ok(Response::new(MknodResponse { status: Some(st) }))
     }
 
     async fn abandon(&self, req: Request<AbandonRequest>) -> Reply<AbandonResponse> {
+        fault_rpc!("master.Abandon", &req);
         let r = req.into_inner();
         let client = caller(&r.caller).client_id;
         self.durable(self.ns.abandon(r.file_id, &r.path, Some(client)))
@@ -89,12 +97,14 @@ impl MasterService for MasterSvc {
     }
 
     async fn renew_lease(&self, req: Request<RenewLeaseRequest>) -> Reply<RenewLeaseResponse> {
+        fault_rpc!("master.RenewLease", &req);
         let r = req.into_inner();
         self.ns.renew_lease(r.client_id, &r.file_ids);
         Ok(Response::new(RenewLeaseResponse {}))
     }
 
     async fn get_status(&self, req: Request<GetStatusRequest>) -> Reply<GetStatusResponse> {
+        fault_rpc!("master.GetStatus", &req);
         let r = req.into_inner();
         let st = self
             .ns
@@ -103,6 +113,7 @@ impl MasterService for MasterSvc {
     }
 
     async fn list(&self, req: Request<ListRequest>) -> Reply<ListResponse> {
+        fault_rpc!("master.List", &req);
         let r = req.into_inner();
         let (statuses, has_more) =
             self.ns
@@ -111,6 +122,7 @@ impl MasterService for MasterSvc {
     }
 
     async fn open(&self, req: Request<OpenRequest>) -> Reply<OpenResponse> {
+        fault_rpc!("master.Open", &req);
         let r = req.into_inner();
         let (st, blocks) = self.ns.open(&r.path, &caller(&r.caller))?;
         Ok(Response::new(OpenResponse {
@@ -120,6 +132,7 @@ impl MasterService for MasterSvc {
     }
 
     async fn rename(&self, req: Request<RenameRequest>) -> Reply<RenameResponse> {
+        fault_rpc!("master.Rename", &req);
         let r = req.into_inner();
         self.durable(self.ns.rename(&r.src, &r.dst, r.flags, &caller(&r.caller)))
             .await?;
@@ -127,6 +140,7 @@ impl MasterService for MasterSvc {
     }
 
     async fn delete(&self, req: Request<DeleteRequest>) -> Reply<DeleteResponse> {
+        fault_rpc!("master.Delete", &req);
         let r = req.into_inner();
         let deleted = self
             .durable(self.ns.delete(&r.path, r.recursive, &caller(&r.caller)))
@@ -135,12 +149,14 @@ impl MasterService for MasterSvc {
     }
 
     async fn set_attr(&self, req: Request<SetAttrRequest>) -> Reply<SetAttrResponse> {
+        fault_rpc!("master.SetAttr", &req);
         let r = req.into_inner();
         let st = self.durable(self.ns.set_attr(&r)).await?;
         Ok(Response::new(SetAttrResponse { status: Some(st) }))
     }
 
     async fn truncate(&self, req: Request<TruncateRequest>) -> Reply<TruncateResponse> {
+        fault_rpc!("master.Truncate", &req);
         let r = req.into_inner();
         let st = self
             .durable(self.ns.truncate(&r.path, r.len, &caller(&r.caller)))
@@ -149,6 +165,7 @@ impl MasterService for MasterSvc {
     }
 
     async fn symlink(&self, req: Request<SymlinkRequest>) -> Reply<SymlinkResponse> {
+        fault_rpc!("master.Symlink", &req);
         let r = req.into_inner();
         let st = self
             .durable(self.ns.symlink(&r.target, &r.link, &caller(&r.caller)))
@@ -157,12 +174,14 @@ impl MasterService for MasterSvc {
     }
 
     async fn readlink(&self, req: Request<ReadlinkRequest>) -> Reply<ReadlinkResponse> {
+        fault_rpc!("master.Readlink", &req);
         let r = req.into_inner();
         let target = self.ns.readlink(&r.path, &caller(&r.caller))?;
         Ok(Response::new(ReadlinkResponse { target }))
     }
 
     async fn link(&self, req: Request<LinkRequest>) -> Reply<LinkResponse> {
+        fault_rpc!("master.Link", &req);
         let r = req.into_inner();
         let st = self
             .durable(self.ns.link(&r.src, &r.dst, &caller(&r.caller)))
@@ -171,6 +190,7 @@ impl MasterService for MasterSvc {
     }
 
     async fn set_xattr(&self, req: Request<SetXattrRequest>) -> Reply<SetXattrResponse> {
+        fault_rpc!("master.SetXattr", &req);
         let r = req.into_inner();
         self.durable(
             self.ns
@@ -181,29 +201,34 @@ impl MasterService for MasterSvc {
     }
 
     async fn get_xattr(&self, req: Request<GetXattrRequest>) -> Reply<GetXattrResponse> {
+        fault_rpc!("master.GetXattr", &req);
         let r = req.into_inner();
         let value = self.ns.get_xattr(&r.path, &r.name, &caller(&r.caller))?;
         Ok(Response::new(GetXattrResponse { value }))
     }
 
     async fn list_xattr(&self, req: Request<ListXattrRequest>) -> Reply<ListXattrResponse> {
+        fault_rpc!("master.ListXattr", &req);
         let r = req.into_inner();
         let names = self.ns.list_xattr(&r.path, &caller(&r.caller))?;
         Ok(Response::new(ListXattrResponse { names }))
     }
 
     async fn remove_xattr(&self, req: Request<RemoveXattrRequest>) -> Reply<RemoveXattrResponse> {
+        fault_rpc!("master.RemoveXattr", &req);
         let r = req.into_inner();
         self.durable(self.ns.remove_xattr(&r.path, &r.name, &caller(&r.caller)))
             .await?;
         Ok(Response::new(RemoveXattrResponse {}))
     }
 
-    async fn report(&self, _req: Request<ReportRequest>) -> Reply<ReportResponse> {
+    async fn report(&self, req: Request<ReportRequest>) -> Reply<ReportResponse> {
+        fault_rpc!("master.Report", &req);
         Ok(Response::new(self.ns.report()))
     }
 
     async fn register_worker(&self, req: Request<RegisterRequest>) -> Reply<RegisterResponse> {
+        fault_rpc!("master.RegisterWorker", &req);
         let r = self
             .durable(self.ns.register_worker(req.into_inner()))
             .await?;
@@ -211,6 +236,7 @@ impl MasterService for MasterSvc {
     }
 
     async fn heartbeat(&self, req: Request<HeartbeatRequest>) -> Reply<HeartbeatResponse> {
+        fault_rpc!("master.Heartbeat", &req);
         let r = self.durable(self.ns.heartbeat(req.into_inner())).await?;
         Ok(Response::new(r))
     }
@@ -219,6 +245,7 @@ impl MasterService for MasterSvc {
         &self,
         req: Request<ReportBadBlockRequest>,
     ) -> Reply<ReportBadBlockResponse> {
+        fault_rpc!("master.ReportBadBlock", &req);
         let r = req.into_inner();
         let removed = self
             .durable(self.ns.report_bad_block(r.block_id, r.worker_id, &r.reason))

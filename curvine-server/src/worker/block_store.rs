@@ -568,6 +568,7 @@ impl WriteHandle {
             crcs,
         };
         write_file(&staging_sc, &sc.encode(), fsync)?;
+        fault_disk!("disk.commit", &store.conf.worker);
         let (dst, tier_kind, over_high) = {
             let mut g = store.lock();
             if g.blocks.contains_key(&id) {

@@ -173,6 +173,17 @@ pub(super) fn take_spare(conn: &mut Conn) -> Option<BytesMut> {
     conn.spare.pop()
 }
 
+/// Close the connection without an error frame, as if the worker died mid-stream
+/// (fault injection; the caller's error only ends the connection).
+#[cfg(feature = "fault-injection")]
+pub(super) async fn drop_mid_stream(conn: &mut Conn) -> FsResult<()> {
+    let _ = conn.wr.shutdown().await;
+    Err(FsError::io(format!(
+        "connection to {} dropped mid-stream (injected fault)",
+        conn.peer
+    )))
+}
+
 pub(super) fn join_err(e: tokio::task::JoinError) -> FsError {
     FsError::internal(format!("worker task failed: {e}"))
 }

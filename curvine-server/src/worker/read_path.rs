@@ -35,6 +35,7 @@ pub fn widen(offset: u64, len: u64, block_len: u64, cs: u64) -> (u64, u64) {
 
 pub(super) async fn handle_read(ctx: &DataCtx, conn: &mut Conn, open: DataHeader) -> FsResult<()> {
     let id = open.block_id;
+    let drop_conn = fault_data!("worker.read_block", &ctx.worker);
     // opening a file and reading a few KiB of sidecar: cheap enough to do inline
     let block = ctx.store.open_read(id)?;
     debug!(block = id, offset = open.offset, len = open.len, short_circuit = open.short_circuit,
@@ -47,7 +48,9 @@ pub(super) async fn handle_read(ctx: &DataCtx, conn: &mut Conn, open: DataHeader
     if open.short_circuit {
         ok.path = block.path.display().to_string();
         ok.crcs = block.crcs;
-        return conn.send(&ok, &[]).await;
+        conn.send(&ok, &[]).await?;
+        fault_drop!(return drop_conn, conn);
+        return Ok(());
     }
     if open.offset > block.len {
         return Err(FsError::invalid(format!(
@@ -59,11 +62,17 @@ pub(super) async fn handle_read(ctx: &DataCtx, conn: &mut Conn, open: DataHeader
     let cs = u64::from(block.chunk_size);
     let (start, end) = widen(open.offset, open.len, block.len, cs);
     let frame = (MAX_READ_FRAME / cs).max(1) * cs;
+    // an injected drop sends the first frame only, then closes the connection
+    let end = if drop_conn {
+        end.min(start + frame)
+    } else {
+        end
+    };
     let crcs = Arc::new(block.crcs);
     if end - start <= frame {
         if end > start {
             let mut buf = std::mem::take(&mut conn.buf);
-            let r = read_into(&block.file, &mut buf, start, end - start, id);
+            let r = read_into(&block.file, &mut buf, start, end - start, id, &ctx.worker);
             let sent = match r {
                 Ok(()) => send_data(conn, &crcs, cs, start, &buf).await,
                 Err(e) => Err(e),
@@ -72,8 +81,10 @@ pub(super) async fn handle_read(ctx: &DataCtx, conn: &mut Conn, open: DataHeader
             sent?;
         }
     } else {
-        stream_range(conn, block.file, crcs, cs, start, end, frame, id).await?;
+        let worker = ctx.worker.clone();
+        stream_range(conn, block.file, crcs, cs, (start, end), frame, id, worker).await?;
     }
+    fault_drop!(return drop_conn, conn);
     let mut done = header(DataOp::ReadEnd);
     done.block_id = id;
     conn.send(&done, &[]).await
@@ -91,7 +102,15 @@ async fn send_data(conn: &mut Conn, crcs: &[u32], cs: u64, off: u64, buf: &[u8])
     conn.send(&h, buf).await
 }
 
-fn read_into(file: &File, buf: &mut BytesMut, off: u64, n: u64, id: u64) -> FsResult<()> {
+fn read_into(
+    file: &File,
+    buf: &mut BytesMut,
+    off: u64,
+    n: u64,
+    id: u64,
+    worker: &str,
+) -> FsResult<()> {
+    fault_disk!("disk.read_chunk", worker);
     let n = n as usize;
     if buf.len() != n {
         buf.resize(n, 0);
@@ -106,10 +125,10 @@ async fn stream_range(
     file: File,
     crcs: Arc<Vec<u32>>,
     cs: u64,
-    start: u64,
-    end: u64,
+    (start, end): (u64, u64),
     frame: u64,
     id: u64,
+    worker: String,
 ) -> FsResult<()> {
     let (tx, mut rx) = mpsc::channel::<FsResult<(u64, BytesMut)>>(MAX_BUFFERS);
     let (free_tx, mut free_rx) = mpsc::unbounded_channel::<BytesMut>();
@@ -128,7 +147,7 @@ async fn stream_range(
                 return free_rx;
             };
             let n = frame.min(end - off);
-            let r = read_into(&file, &mut buf, off, n, id).map(|()| (off, buf));
+            let r = read_into(&file, &mut buf, off, n, id, &worker).map(|()| (off, buf));
             let failed = r.is_err();
             if tx.blocking_send(r).is_err() || failed {
                 return free_rx;

@@ -27,6 +27,7 @@ struct Job {
 
 pub(super) async fn handle_write(ctx: &DataCtx, conn: &mut Conn, open: DataHeader) -> FsResult<()> {
     let id = open.block_id;
+    let drop_conn = fault_data!("worker.write_block", &ctx.worker);
     let want = StorageTier::try_from(open.tier).unwrap_or(StorageTier::Unspecified);
     let store = ctx.store.clone();
     let reserve = open.reserve;
@@ -41,10 +42,11 @@ pub(super) async fn handle_write(ctx: &DataCtx, conn: &mut Conn, open: DataHeade
     if open.short_circuit {
         ok.path = handle.staging_path().display().to_string();
         conn.send(&ok, &[]).await?;
+        fault_drop!(return drop_conn, conn);
         short_circuit_write(ctx, conn, handle).await
     } else {
         conn.send(&ok, &[]).await?;
-        remote_write(ctx, conn, handle).await
+        remote_write(ctx, conn, handle, drop_conn).await
     }
 }
 
@@ -84,7 +86,12 @@ async fn commit(
     conn.send(&ok, &[]).await
 }
 
-async fn remote_write(ctx: &DataCtx, conn: &mut Conn, mut handle: WriteHandle) -> FsResult<()> {
+async fn remote_write(
+    ctx: &DataCtx,
+    conn: &mut Conn,
+    mut handle: WriteHandle,
+    drop_conn: bool,
+) -> FsResult<()> {
     let id = handle.id;
     let cs = ctx.chunk_size as usize;
     let file = handle.clone_file()?;
@@ -154,6 +161,7 @@ async fn remote_write(ctx: &DataCtx, conn: &mut Conn, mut handle: WriteHandle) -
                     continue;
                 }
                 received += n as u64;
+                fault_drop!(break drop_conn, conn);
             }
             Ok(DataOp::WriteCommit) => {
                 tx = None;
@@ -245,6 +253,7 @@ fn disk_writer(
                 ),
             });
         }
+        fault_disk!("disk.write_chunk", &worker);
         file.write_all_at(&job.buf, job.offset)
             .map_err(|e| FsError::io_ctx(format!("write block {id}"), e))?;
         all.extend_from_slice(&job.crcs);

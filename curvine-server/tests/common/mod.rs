@@ -71,7 +71,7 @@ pub fn runtime() -> Runtime {
         .expect("test runtime")
 }
 
-fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
+pub fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
     if let Ok(rd) = std::fs::read_dir(dir) {
         for e in rd.flatten() {
             let p = e.path();
