@@ -19,6 +19,18 @@ use crate::pool::WorkerPool;
 use crate::reader::FsReader;
 use crate::writer::FsWriter;
 
+/// One master call: `rpc!(self, method, "name", Idempotent|Mutation, request)` is the
+/// future of `MasterClient::call` for the gRPC `method` (`name` labels errors and logs).
+macro_rules! rpc {
+    ($fs:expr, $method:ident, $name:literal, $kind:ident, $req:expr) => {
+        $fs.inner
+            .master
+            .call($name, CallKind::$kind, $req, |mut c, r| async move {
+                c.$method(r).await
+            })
+    };
+}
+
 pub(crate) struct Inner {
     pub(crate) conf: ClusterConf,
     pub(crate) master: MasterClient,
@@ -224,13 +236,7 @@ impl CurvineFs {
             caller: self.caller(),
             exclusive: opts.exclusive,
         };
-        let r = self
-            .inner
-            .master
-            .call("create", CallKind::Mutation, req, |mut c, r| async move {
-                c.create(r).await
-            })
-            .await?;
+        let r = rpc!(self, create, "create", Mutation, req).await?;
         let status = status_of(r.status, "create")?;
         Ok(FsWriter::new(self.clone(), status, None))
     }
@@ -240,13 +246,7 @@ impl CurvineFs {
             path: norm(path)?,
             caller: self.caller(),
         };
-        let r = self
-            .inner
-            .master
-            .call("append", CallKind::Mutation, req, |mut c, r| async move {
-                c.append(r).await
-            })
-            .await?;
+        let r = rpc!(self, append, "append", Mutation, req).await?;
         let status = status_of(r.status, "append")?;
         Ok(FsWriter::new(self.clone(), status, r.last_block))
     }
@@ -256,13 +256,7 @@ impl CurvineFs {
             path: norm(path)?,
             caller: self.caller(),
         };
-        let r = self
-            .inner
-            .master
-            .call("open", CallKind::Idempotent, req, |mut c, r| async move {
-                c.open(r).await
-            })
-            .await?;
+        let r = rpc!(self, open, "open", Idempotent, req).await?;
         let status = status_of(r.status, "open")?;
         Ok(FsReader::new(self.clone(), status, r.blocks))
     }
@@ -273,13 +267,7 @@ impl CurvineFs {
             follow_symlink,
             caller: self.caller(),
         };
-        let r = self
-            .inner
-            .master
-            .call("stat", CallKind::Idempotent, req, |mut c, r| async move {
-                c.get_status(r).await
-            })
-            .await?;
+        let r = rpc!(self, get_status, "stat", Idempotent, req).await?;
         status_of(r.status, "stat")
     }
 
@@ -331,13 +319,7 @@ impl CurvineFs {
             limit,
             caller: self.caller(),
         };
-        let r = self
-            .inner
-            .master
-            .call("list", CallKind::Idempotent, req, |mut c, r| async move {
-                c.list(r).await
-            })
-            .await?;
+        let r = rpc!(self, list, "list", Idempotent, req).await?;
         Ok((r.statuses, r.has_more))
     }
 
@@ -353,12 +335,7 @@ impl CurvineFs {
             flags,
             caller: self.caller(),
         };
-        self.inner
-            .master
-            .call("rename", CallKind::Mutation, req, |mut c, r| async move {
-                c.rename(r).await
-            })
-            .await?;
+        rpc!(self, rename, "rename", Mutation, req).await?;
         Ok(())
     }
 
@@ -369,13 +346,7 @@ impl CurvineFs {
             recursive,
             caller: self.caller(),
         };
-        let r = self
-            .inner
-            .master
-            .call("delete", CallKind::Mutation, req, |mut c, r| async move {
-                c.delete(r).await
-            })
-            .await?;
+        let r = rpc!(self, delete, "delete", Mutation, req).await?;
         if r.deleted {
             Ok(())
         } else {
@@ -394,13 +365,7 @@ impl CurvineFs {
             replicas: attr.replicas,
             caller: self.caller(),
         };
-        let r = self
-            .inner
-            .master
-            .call("set_attr", CallKind::Mutation, req, |mut c, r| async move {
-                c.set_attr(r).await
-            })
-            .await?;
+        let r = rpc!(self, set_attr, "set_attr", Mutation, req).await?;
         status_of(r.status, "set_attr")
     }
 
@@ -417,12 +382,7 @@ impl CurvineFs {
                 len,
                 caller: self.caller(),
             };
-            self.inner
-                .master
-                .call("truncate", CallKind::Mutation, req, |mut c, r| async move {
-                    c.truncate(r).await
-                })
-                .await?;
+            rpc!(self, truncate, "truncate", Mutation, req).await?;
             return Ok(());
         }
         let mut w = self.append(&path).await?;
@@ -450,13 +410,7 @@ impl CurvineFs {
             link: norm(link)?,
             caller: self.caller(),
         };
-        let r = self
-            .inner
-            .master
-            .call("symlink", CallKind::Mutation, req, |mut c, r| async move {
-                c.symlink(r).await
-            })
-            .await?;
+        let r = rpc!(self, symlink, "symlink", Mutation, req).await?;
         status_of(r.status, "symlink")
     }
 
@@ -477,13 +431,7 @@ impl CurvineFs {
             rdev,
             caller: self.caller(),
         };
-        let r = self
-            .inner
-            .master
-            .call("mknod", CallKind::Mutation, req, |mut c, r| async move {
-                c.mknod(r).await
-            })
-            .await?;
+        let r = rpc!(self, mknod, "mknod", Mutation, req).await?;
         status_of(r.status, "mknod")
     }
 
@@ -492,16 +440,7 @@ impl CurvineFs {
             path: norm(path)?,
             caller: self.caller(),
         };
-        let r = self
-            .inner
-            .master
-            .call(
-                "readlink",
-                CallKind::Idempotent,
-                req,
-                |mut c, r| async move { c.readlink(r).await },
-            )
-            .await?;
+        let r = rpc!(self, readlink, "readlink", Idempotent, req).await?;
         Ok(r.target)
     }
 
@@ -512,13 +451,7 @@ impl CurvineFs {
             dst: norm(dst)?,
             caller: self.caller(),
         };
-        let r = self
-            .inner
-            .master
-            .call("link", CallKind::Mutation, req, |mut c, r| async move {
-                c.link(r).await
-            })
-            .await?;
+        let r = rpc!(self, link, "link", Mutation, req).await?;
         status_of(r.status, "link")
     }
 
@@ -536,15 +469,7 @@ impl CurvineFs {
             flags,
             caller: self.caller(),
         };
-        self.inner
-            .master
-            .call(
-                "set_xattr",
-                CallKind::Mutation,
-                req,
-                |mut c, r| async move { c.set_xattr(r).await },
-            )
-            .await?;
+        rpc!(self, set_xattr, "set_xattr", Mutation, req).await?;
         Ok(())
     }
 
@@ -554,16 +479,7 @@ impl CurvineFs {
             name: name.to_string(),
             caller: self.caller(),
         };
-        let r = self
-            .inner
-            .master
-            .call(
-                "get_xattr",
-                CallKind::Idempotent,
-                req,
-                |mut c, r| async move { c.get_xattr(r).await },
-            )
-            .await?;
+        let r = rpc!(self, get_xattr, "get_xattr", Idempotent, req).await?;
         Ok(r.value)
     }
 
@@ -572,16 +488,7 @@ impl CurvineFs {
             path: norm(path)?,
             caller: self.caller(),
         };
-        let r = self
-            .inner
-            .master
-            .call(
-                "list_xattr",
-                CallKind::Idempotent,
-                req,
-                |mut c, r| async move { c.list_xattr(r).await },
-            )
-            .await?;
+        let r = rpc!(self, list_xattr, "list_xattr", Idempotent, req).await?;
         Ok(r.names)
     }
 
@@ -591,15 +498,7 @@ impl CurvineFs {
             name: name.to_string(),
             caller: self.caller(),
         };
-        self.inner
-            .master
-            .call(
-                "remove_xattr",
-                CallKind::Mutation,
-                req,
-                |mut c, r| async move { c.remove_xattr(r).await },
-            )
-            .await?;
+        rpc!(self, remove_xattr, "remove_xattr", Mutation, req).await?;
         Ok(())
     }
 
@@ -649,16 +548,7 @@ impl CurvineFs {
             caller: self.caller(),
             excluded_workers,
         };
-        let r = self
-            .inner
-            .master
-            .call(
-                "add_block",
-                CallKind::Mutation,
-                req,
-                |mut c, r| async move { c.add_block(r).await },
-            )
-            .await?;
+        let r = rpc!(self, add_block, "add_block", Mutation, req).await?;
         r.block
             .ok_or_else(|| FsError::protocol("add_block reply without a block"))
     }
@@ -677,13 +567,7 @@ impl CurvineFs {
             len,
             caller: self.caller(),
         };
-        let r = self
-            .inner
-            .master
-            .call("complete", CallKind::Mutation, req, |mut c, r| async move {
-                c.complete(r).await
-            })
-            .await?;
+        let r = rpc!(self, complete, "complete", Mutation, req).await?;
         status_of(r.status, "complete")
     }
 
@@ -702,13 +586,7 @@ impl CurvineFs {
             len,
             caller: self.caller(),
         };
-        let r = self
-            .inner
-            .master
-            .call("sync", CallKind::Mutation, req, |mut c, r| async move {
-                c.sync(r).await
-            })
-            .await?;
+        let r = rpc!(self, sync, "sync", Mutation, req).await?;
         status_of(r.status, "sync")
     }
 
@@ -720,12 +598,7 @@ impl CurvineFs {
             path: path.to_string(),
             caller: self.caller(),
         };
-        self.inner
-            .master
-            .call("abandon", CallKind::Mutation, req, |mut c, r| async move {
-                c.abandon(r).await
-            })
-            .await?;
+        rpc!(self, abandon, "abandon", Mutation, req).await?;
         Ok(())
     }
 }
