@@ -19,4 +19,6 @@ cargo test --release --workspace --features curvine-server/fault-injection --no-
 echo "== Java tests"
 cargo build --release -p curvine-jni -p curvine-server
 (cd java && mvn -B -ntp test)
+echo "== every Hadoop contract suite ran"
+java/check-contract-suites.sh
 echo "== all suites passed in $(( $(date +%s) - start )) s"
