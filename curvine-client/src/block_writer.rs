@@ -3,13 +3,12 @@
 //! local worker hands out). CRC32C is computed once per chunk while the data is hot.
 
 use std::fs::File;
-use std::io::Write;
 use std::path::PathBuf;
 
 use bytes::BytesMut;
 use curvine_common::checksum::chunk_crcs_into;
 use curvine_common::frame::header;
-use curvine_common::proto::{CommittedBlock, DataOp, LocatedBlock};
+use curvine_common::proto::{CommittedBlock, DataOp, LocatedBlock, StorageTier};
 use curvine_common::{FsError, FsResult};
 use tracing::debug;
 
@@ -26,11 +25,59 @@ pub(crate) struct BlockWriteOpts {
     pub client_host: String,
     /// Bytes to reserve on the worker (the block size).
     pub reserve: u64,
+    /// Short-circuit writes to disk tiers bypass the page cache (O_DIRECT).
+    pub direct_io: bool,
 }
 
 enum Sink {
     Remote,
-    ShortCircuit { file: File, path: PathBuf },
+    ShortCircuit {
+        file: File,
+        path: PathBuf,
+        /// On a disk tier: the same file opened with O_DIRECT, for the whole 4 KiB
+        /// pieces (the page cache would only add a copy and writeback work);
+        /// `file` takes a block's short last piece.
+        direct: Option<DirectFile>,
+    },
+}
+
+/// Alignment O_DIRECT needs for buffer, offset and length.
+const DIRECT_ALIGN: usize = 4096;
+
+/// A block file opened with O_DIRECT and an aligned bounce buffer for it.
+struct DirectFile {
+    file: File,
+    buf: Vec<u8>,
+}
+
+impl DirectFile {
+    /// `path` opened with O_DIRECT; None where the file system refuses it.
+    fn open(path: &std::path::Path) -> Option<DirectFile> {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .ok()
+            .map(|file| DirectFile {
+                file,
+                buf: Vec::new(),
+            })
+    }
+
+    /// Write `data` (a multiple of `DIRECT_ALIGN`) at `offset` (aligned) through an
+    /// aligned copy.
+    fn write_at(&mut self, data: &[u8], offset: u64) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let need = data.len() + DIRECT_ALIGN;
+        if self.buf.len() < need {
+            self.buf = vec![0u8; need];
+        }
+        let start = self.buf.as_ptr().align_offset(DIRECT_ALIGN);
+        let aligned = &mut self.buf[start..start + data.len()];
+        aligned.copy_from_slice(data);
+        self.file.write_all_at(aligned, offset)
+    }
 }
 
 struct Replica {
@@ -142,8 +189,16 @@ impl BlockWriter {
                     .map_err(|e| {
                         FsError::io_ctx(format!("open short-circuit file {}", path.display()), e)
                     })?;
-                debug!(block = block.block_id, worker = %addr, "short-circuit write");
-                Sink::ShortCircuit { file, path }
+                let tier = if ok.tier != 0 { ok.tier } else { loc.tier };
+                let disk = tier == StorageTier::Ssd as i32 || tier == StorageTier::Hdd as i32;
+                let direct = if disk && opts.direct_io {
+                    DirectFile::open(&path)
+                } else {
+                    None
+                };
+                debug!(block = block.block_id, worker = %addr, direct = direct.is_some(),
+                    "short-circuit write");
+                Sink::ShortCircuit { file, path, direct }
             } else {
                 Sink::Remote
             };
@@ -194,6 +249,23 @@ impl BlockWriter {
         })
     }
 
+    /// Short-circuit replicas written with O_DIRECT.
+    #[cfg(test)]
+    pub(crate) fn direct_sinks(&self) -> usize {
+        self.replicas
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.sink,
+                    Sink::ShortCircuit {
+                        direct: Some(_),
+                        ..
+                    }
+                )
+            })
+            .count()
+    }
+
     #[cfg(test)]
     pub(crate) fn written(&self) -> u64 {
         self.written
@@ -226,9 +298,29 @@ impl BlockWriter {
                         return Err(r.conn.error_after_send_failure(e).await);
                     }
                 }
-                Sink::ShortCircuit { file, path } => {
+                Sink::ShortCircuit { file, path, direct } => {
                     any_sc = true;
-                    if let Err(e) = file.write_all(data) {
+                    let aligned = data.len().is_multiple_of(DIRECT_ALIGN)
+                        && self.written.is_multiple_of(DIRECT_ALIGN as u64);
+                    let mut res = match direct {
+                        Some(d) if aligned => d.write_at(data, self.written),
+                        _ => Err(std::io::ErrorKind::Unsupported.into()),
+                    };
+                    if let Err(e) = &res {
+                        if direct.is_some()
+                            && aligned
+                            && e.kind() == std::io::ErrorKind::InvalidInput
+                        {
+                            // the file system wants another alignment: buffered from now on
+                            debug!(block = self.block_id, "O_DIRECT refused; buffered writes");
+                            *direct = None;
+                        }
+                        if direct.is_none() || !aligned {
+                            use std::os::unix::fs::FileExt;
+                            res = file.write_all_at(data, self.written);
+                        }
+                    }
+                    if let Err(e) = res {
                         self.failed = Some(r.worker_id);
                         return Err(FsError::io_ctx(
                             format!("write short-circuit file {}", path.display()),

@@ -26,6 +26,8 @@ pub(crate) struct State {
     pub streamed_frames: usize,
     pub sc_opens: usize,
     pub connections: usize,
+    /// Tier reported in WRITE_OPEN's OK (0 = none).
+    pub tier: i32,
 }
 
 pub(crate) struct FakeWorker {
@@ -36,9 +38,14 @@ pub(crate) struct FakeWorker {
 
 impl FakeWorker {
     pub(crate) async fn start(chunk_size: usize) -> FakeWorker {
+        Self::start_in(chunk_size, &std::env::temp_dir()).await
+    }
+
+    /// A fake worker keeping its block files under `parent`.
+    pub(crate) async fn start_in(chunk_size: usize, parent: &std::path::Path) -> FakeWorker {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir_in(parent).unwrap();
         std::fs::create_dir_all(dir.path().join("staging")).unwrap();
         std::fs::create_dir_all(dir.path().join("blocks")).unwrap();
         let state = Arc::new(Mutex::new(State {
@@ -110,13 +117,14 @@ async fn write_block(
     root: &std::path::Path,
     open: DataHeader,
 ) -> Result<(), FsError> {
-    let (cs, sc) = {
+    let (cs, sc, tier) = {
         let s = st.lock().unwrap();
-        (s.chunk_size, s.short_circuit && open.short_circuit)
+        (s.chunk_size, s.short_circuit && open.short_circuit, s.tier)
     };
     let id = open.block_id;
     let mut ok = header(DataOp::Ok);
     ok.chunk_size = cs as u32;
+    ok.tier = tier;
     let staging = root.join("staging").join(id.to_string());
     if sc {
         std::fs::write(&staging, b"").unwrap();

@@ -143,6 +143,7 @@ impl CurvineFs {
             short_circuit: c.client.short_circuit,
             client_host: c.client.hostname.clone(),
             reserve,
+            direct_io: c.client.direct_io,
         }
     }
 

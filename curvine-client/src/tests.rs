@@ -46,6 +46,7 @@ fn write_opts(short_circuit: bool) -> BlockWriteOpts {
         short_circuit,
         client_host: "127.0.0.1".into(),
         reserve: 1 << 20,
+        direct_io: true,
     }
 }
 
@@ -111,6 +112,39 @@ async fn short_circuit_write_sends_all_crcs_at_commit() {
     assert_eq!(w.block(BLOCK).unwrap(), payload);
     // nothing went over the socket but the open and the commit
     assert_eq!(w.state.lock().unwrap().data_frames, 0);
+}
+
+/// A short-circuit block on a disk tier is written with O_DIRECT (whole 4 KiB pieces)
+/// and its short last piece buffered; the file holds exactly the data.
+#[tokio::test]
+async fn short_circuit_write_to_a_disk_tier_uses_direct_io() {
+    // a disk directory (O_DIRECT is refused by some in-memory file systems)
+    let w = FakeWorker::start_in(CS, std::path::Path::new("/var/tmp")).await;
+    {
+        let mut s = w.state.lock().unwrap();
+        s.short_circuit = true;
+        s.tier = curvine_common::proto::StorageTier::Ssd as i32;
+    }
+    let pool = WorkerPool::new(Duration::from_secs(2));
+    let block = located(BLOCK, 0, 0, &[&w]);
+    let payload = data(5 * CS + 7);
+    let mut bw = BlockWriter::open(&pool, &block, &write_opts(true))
+        .await
+        .unwrap();
+    assert_eq!(bw.direct_sinks(), 1, "O_DIRECT on the SSD tier");
+    bw.write(&payload[..CS]).await.unwrap();
+    bw.write(&payload[CS..4 * CS]).await.unwrap();
+    bw.write(&payload[4 * CS..]).await.unwrap();
+    within(bw.commit(&pool)).await.unwrap();
+    assert!(w.block(BLOCK).unwrap() == payload);
+
+    // buffered when configured off
+    let mut opts = write_opts(true);
+    opts.direct_io = false;
+    let bw = BlockWriter::open(&pool, &located(BLOCK + 1, 0, 0, &[&w]), &opts)
+        .await
+        .unwrap();
+    assert_eq!(bw.direct_sinks(), 0);
 }
 
 #[tokio::test]

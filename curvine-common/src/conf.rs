@@ -255,6 +255,9 @@ pub struct ClientConf {
     pub storage_tier: Tier,
     /// Read and write block files directly when the worker is on this host.
     pub short_circuit: bool,
+    /// Short-circuit writes to SSD/HDD blocks use O_DIRECT (no page-cache copy or
+    /// writeback); off = buffered writes.
+    pub direct_io: bool,
     /// Verify CRC32C on every read (short-circuit reads included).
     pub verify_checksum: bool,
     /// Payload bytes per data-plane frame.
@@ -278,6 +281,7 @@ impl Default for ClientConf {
             replicas: 0,
             storage_tier: Tier(StorageTier::Unspecified),
             short_circuit: true,
+            direct_io: true,
             verify_checksum: true,
             frame_size: ByteSize(1 << 20),
             read_ahead: ByteSize(16 << 20),
