@@ -325,20 +325,6 @@ pub extern "system" fn Java_io_curvine_NativeFs_writeDirect<'l>(
     })
 }
 
-#[no_mangle]
-pub extern "system" fn Java_io_curvine_NativeFs_flush<'l>(
-    mut env: JNIEnv<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-) {
-    guard(&mut env, (), |_| {
-        let w = writer(h)?;
-        let mut g = w.inner.lock().unwrap_or_else(|p| p.into_inner());
-        w.client.block_on(g.flush())?;
-        Ok(())
-    })
-}
-
 /// hflush/hsync: commit what was written and publish it to new readers.
 #[no_mangle]
 pub extern "system" fn Java_io_curvine_NativeFs_sync<'l>(

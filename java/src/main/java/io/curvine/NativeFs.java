@@ -61,7 +61,6 @@ final class NativeFs {
   static native void write(long writer, byte[] b, int off, int len) throws IOException;
   static native void writeDirect(long writer, ByteBuffer buf, int off, int len)
       throws IOException;
-  static native void flush(long writer) throws IOException;
   static native void sync(long writer) throws IOException;
   static native void closeWriter(long writer) throws IOException;
 }
