@@ -1,4 +1,4 @@
-//! A tiny in-test master on 127.0.0.1:0: just enough of the gRPC service (create,
+//! A tiny in-test master on 127.0.0.1:0 (framed transport): just enough of the service (create,
 //! add_block, complete, open, renew_lease) to drive `FsWriter` and `FsReader` against a
 //! fake worker.
 
@@ -6,9 +6,11 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use curvine_common::proto::master_service_server::{MasterService, MasterServiceServer};
+use curvine_common::proto::master_service_server::MasterService;
 use curvine_common::proto::*;
 use curvine_common::FsError;
+use curvine_common::{rpc, rpc_server};
+use tokio::io::AsyncReadExt;
 use tonic::{Request, Response, Status};
 
 #[derive(Default)]
@@ -39,14 +41,17 @@ impl FakeMaster {
             block_size,
             location,
         };
-        let incoming =
-            tonic::transport::server::TcpIncoming::from_listener(listener, true, None).unwrap();
-        let svc = MasterServiceServer::new(m.clone());
+        let svc = Arc::new(m.clone());
         tokio::spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .add_service(svc)
-                .serve_with_incoming(incoming)
-                .await;
+            while let Ok((mut s, _)) = listener.accept().await {
+                let svc = svc.clone();
+                tokio::spawn(async move {
+                    let mut magic = [0u8; 4];
+                    if s.read_exact(&mut magic).await.is_ok() && magic == rpc::HELLO_MAGIC {
+                        rpc_server::serve(s, svc, |_| true, std::future::pending()).await;
+                    }
+                });
+            }
         });
         (m, addr)
     }

@@ -19,15 +19,12 @@ use crate::pool::WorkerPool;
 use crate::reader::FsReader;
 use crate::writer::FsWriter;
 
-/// One master call: `rpc!(self, method, "name", Idempotent|Mutation, request)` is the
-/// future of `MasterClient::call` for the gRPC `method` (`name` labels errors and logs).
+/// One master call: `rpc!(self, "name", Idempotent|Mutation, request)` is the future of
+/// `MasterClient::call` (`name` labels errors and logs; the request's type picks the
+/// method).
 macro_rules! rpc {
-    ($fs:expr, $method:ident, $name:literal, $kind:ident, $req:expr) => {
-        $fs.inner
-            .master
-            .call($name, CallKind::$kind, $req, |mut c, r| async move {
-                c.$method(r).await
-            })
+    ($fs:expr, $name:literal, $kind:ident, $req:expr) => {
+        $fs.inner.master.call($name, CallKind::$kind, $req)
     };
 }
 
@@ -190,16 +187,7 @@ impl CurvineFs {
         } else {
             CallKind::Mutation
         };
-        let r = self
-            .inner
-            .master
-            .call(
-                "mkdir",
-                kind,
-                req,
-                |mut c, r| async move { c.mkdir(r).await },
-            )
-            .await?;
+        let r = self.inner.master.call("mkdir", kind, req).await?;
         status_of(r.status, "mkdir")
     }
 
@@ -237,7 +225,7 @@ impl CurvineFs {
             caller: self.caller(),
             exclusive: opts.exclusive,
         };
-        let r = rpc!(self, create, "create", Mutation, req).await?;
+        let r = rpc!(self, "create", Mutation, req).await?;
         let status = status_of(r.status, "create")?;
         Ok(FsWriter::new(self.clone(), status, None))
     }
@@ -247,7 +235,7 @@ impl CurvineFs {
             path: norm(path)?,
             caller: self.caller(),
         };
-        let r = rpc!(self, append, "append", Mutation, req).await?;
+        let r = rpc!(self, "append", Mutation, req).await?;
         let status = status_of(r.status, "append")?;
         Ok(FsWriter::new(self.clone(), status, r.last_block))
     }
@@ -257,9 +245,18 @@ impl CurvineFs {
             path: norm(path)?,
             caller: self.caller(),
         };
-        let r = rpc!(self, open, "open", Idempotent, req).await?;
+        let r = rpc!(self, "open", Idempotent, req).await?;
         let status = status_of(r.status, "open")?;
         Ok(FsReader::new(self.clone(), status, r.blocks))
+    }
+
+    /// The blocks of a file and the workers holding each (for data locality).
+    pub async fn block_locations(&self, path: &str) -> FsResult<Vec<proto::LocatedBlock>> {
+        let req = proto::OpenRequest {
+            path: norm(path)?,
+            caller: self.caller(),
+        };
+        Ok(rpc!(self, "open", Idempotent, req).await?.blocks)
     }
 
     async fn get_status(&self, path: &str, follow_symlink: bool) -> FsResult<FileStatus> {
@@ -268,7 +265,7 @@ impl CurvineFs {
             follow_symlink,
             caller: self.caller(),
         };
-        let r = rpc!(self, get_status, "stat", Idempotent, req).await?;
+        let r = rpc!(self, "stat", Idempotent, req).await?;
         status_of(r.status, "stat")
     }
 
@@ -320,7 +317,7 @@ impl CurvineFs {
             limit,
             caller: self.caller(),
         };
-        let r = rpc!(self, list, "list", Idempotent, req).await?;
+        let r = rpc!(self, "list", Idempotent, req).await?;
         Ok((r.statuses, r.has_more))
     }
 
@@ -336,7 +333,7 @@ impl CurvineFs {
             flags,
             caller: self.caller(),
         };
-        rpc!(self, rename, "rename", Mutation, req).await?;
+        rpc!(self, "rename", Mutation, req).await?;
         Ok(())
     }
 
@@ -347,7 +344,7 @@ impl CurvineFs {
             recursive,
             caller: self.caller(),
         };
-        let r = rpc!(self, delete, "delete", Mutation, req).await?;
+        let r = rpc!(self, "delete", Mutation, req).await?;
         if r.deleted {
             Ok(())
         } else {
@@ -366,7 +363,7 @@ impl CurvineFs {
             replicas: attr.replicas,
             caller: self.caller(),
         };
-        let r = rpc!(self, set_attr, "set_attr", Mutation, req).await?;
+        let r = rpc!(self, "set_attr", Mutation, req).await?;
         status_of(r.status, "set_attr")
     }
 
@@ -383,7 +380,7 @@ impl CurvineFs {
                 len,
                 caller: self.caller(),
             };
-            rpc!(self, truncate, "truncate", Mutation, req).await?;
+            rpc!(self, "truncate", Mutation, req).await?;
             return Ok(());
         }
         let mut w = self.append(&path).await?;
@@ -411,7 +408,7 @@ impl CurvineFs {
             link: norm(link)?,
             caller: self.caller(),
         };
-        let r = rpc!(self, symlink, "symlink", Mutation, req).await?;
+        let r = rpc!(self, "symlink", Mutation, req).await?;
         status_of(r.status, "symlink")
     }
 
@@ -432,7 +429,7 @@ impl CurvineFs {
             rdev,
             caller: self.caller(),
         };
-        let r = rpc!(self, mknod, "mknod", Mutation, req).await?;
+        let r = rpc!(self, "mknod", Mutation, req).await?;
         status_of(r.status, "mknod")
     }
 
@@ -441,7 +438,7 @@ impl CurvineFs {
             path: norm(path)?,
             caller: self.caller(),
         };
-        let r = rpc!(self, readlink, "readlink", Idempotent, req).await?;
+        let r = rpc!(self, "readlink", Idempotent, req).await?;
         Ok(r.target)
     }
 
@@ -452,7 +449,7 @@ impl CurvineFs {
             dst: norm(dst)?,
             caller: self.caller(),
         };
-        let r = rpc!(self, link, "link", Mutation, req).await?;
+        let r = rpc!(self, "link", Mutation, req).await?;
         status_of(r.status, "link")
     }
 
@@ -470,7 +467,7 @@ impl CurvineFs {
             flags,
             caller: self.caller(),
         };
-        rpc!(self, set_xattr, "set_xattr", Mutation, req).await?;
+        rpc!(self, "set_xattr", Mutation, req).await?;
         Ok(())
     }
 
@@ -480,7 +477,7 @@ impl CurvineFs {
             name: name.to_string(),
             caller: self.caller(),
         };
-        let r = rpc!(self, get_xattr, "get_xattr", Idempotent, req).await?;
+        let r = rpc!(self, "get_xattr", Idempotent, req).await?;
         Ok(r.value)
     }
 
@@ -489,7 +486,7 @@ impl CurvineFs {
             path: norm(path)?,
             caller: self.caller(),
         };
-        let r = rpc!(self, list_xattr, "list_xattr", Idempotent, req).await?;
+        let r = rpc!(self, "list_xattr", Idempotent, req).await?;
         Ok(r.names)
     }
 
@@ -499,7 +496,7 @@ impl CurvineFs {
             name: name.to_string(),
             caller: self.caller(),
         };
-        rpc!(self, remove_xattr, "remove_xattr", Mutation, req).await?;
+        rpc!(self, "remove_xattr", Mutation, req).await?;
         Ok(())
     }
 
@@ -507,12 +504,7 @@ impl CurvineFs {
     pub async fn report(&self) -> FsResult<proto::ReportResponse> {
         self.inner
             .master
-            .call(
-                "report",
-                CallKind::Idempotent,
-                proto::ReportRequest {},
-                |mut c, r| async move { c.report(r).await },
-            )
+            .call("report", CallKind::Idempotent, proto::ReportRequest {})
             .await
     }
 
@@ -549,7 +541,7 @@ impl CurvineFs {
             caller: self.caller(),
             excluded_workers,
         };
-        let r = rpc!(self, add_block, "add_block", Mutation, req).await?;
+        let r = rpc!(self, "add_block", Mutation, req).await?;
         r.block
             .ok_or_else(|| FsError::protocol("add_block reply without a block"))
     }
@@ -568,7 +560,7 @@ impl CurvineFs {
             len,
             caller: self.caller(),
         };
-        let r = rpc!(self, complete, "complete", Mutation, req).await?;
+        let r = rpc!(self, "complete", Mutation, req).await?;
         status_of(r.status, "complete")
     }
 
@@ -587,7 +579,7 @@ impl CurvineFs {
             len,
             caller: self.caller(),
         };
-        let r = rpc!(self, sync, "sync", Mutation, req).await?;
+        let r = rpc!(self, "sync", Mutation, req).await?;
         status_of(r.status, "sync")
     }
 
@@ -599,7 +591,7 @@ impl CurvineFs {
             path: path.to_string(),
             caller: self.caller(),
         };
-        rpc!(self, abandon, "abandon", Mutation, req).await?;
+        rpc!(self, "abandon", Mutation, req).await?;
         Ok(())
     }
 }
@@ -649,12 +641,7 @@ async fn renew_leases(inner: Weak<Inner>, mut shutdown: watch::Receiver<()>, per
         };
         match fs
             .master
-            .call(
-                "renew_lease",
-                CallKind::Idempotent,
-                req,
-                |mut c, r| async move { c.renew_lease(r).await },
-            )
+            .call("renew_lease", CallKind::Idempotent, req)
             .await
         {
             Ok(_) => debug!("leases renewed"),

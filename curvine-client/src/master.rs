@@ -1,23 +1,18 @@
-//! The control-plane client: one tonic channel to the current master (reused by every
-//! call), per-call timeouts, retries of idempotent calls and failover across
-//! `client.master_addrs` on `Unavailable` / `NotLeader`.
+//! The control-plane client: one framed connection (`master_conn`) to the current master,
+//! shared by every call, per-call timeouts, retries of idempotent calls and failover
+//! across `client.master_addrs` on `Unavailable` / `NotLeader`.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::RwLock;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use curvine_common::conf::ClientConf;
-use curvine_common::proto::master_service_client::MasterServiceClient;
+use curvine_common::rpc::MasterRpc;
 use curvine_common::{FsError, FsResult};
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, info, warn};
 
+use crate::master_conn::Conn;
 use crate::retry::RetryPolicy;
-
-/// gRPC metadata key carrying `cluster.auth_token` (also sent as `authorization: Bearer`).
-pub const AUTH_METADATA_KEY: &str = "x-curvine-token";
 
 /// Whether a call may be repeated safely.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,60 +24,34 @@ pub(crate) enum CallKind {
     Mutation,
 }
 
-pub(crate) type Client = MasterServiceClient<Channel>;
-
 pub(crate) struct MasterClient {
     addrs: Vec<String>,
-    /// Index into `addrs` of the master in use, and its channel.
-    current: RwLock<(usize, Channel)>,
+    /// Index into `addrs` of the master in use, and the connection to it once made.
+    current: Mutex<(usize, Option<Arc<Conn>>)>,
+    /// One connection attempt at a time.
+    connecting: tokio::sync::Mutex<()>,
     connect_timeout: Duration,
     rpc_timeout: Duration,
     retry: RetryPolicy,
-    token: Option<(MetadataValue<Ascii>, MetadataValue<Ascii>)>,
-}
-
-fn endpoint(addr: &str, connect_timeout: Duration, rpc_timeout: Duration) -> FsResult<Endpoint> {
-    let uri = if addr.starts_with("http://") || addr.starts_with("https://") {
-        addr.to_string()
-    } else {
-        format!("http://{addr}")
-    };
-    let ep = Endpoint::from_shared(uri)
-        .map_err(|e| FsError::config(format!("bad master address {addr:?}: {e}")))?;
-    // Our own timeout (rpc_timeout) fires first and reports a clean Timeout.
-    Ok(ep
-        .connect_timeout(connect_timeout)
-        .timeout(rpc_timeout + Duration::from_secs(1))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_while_idle(true))
+    token: String,
 }
 
 impl MasterClient {
     /// Connect to the first reachable master in `conf.master_addrs`; fails with
     /// `Unavailable` (or `Timeout`) within `connect_timeout` per address.
     pub(crate) async fn connect(conf: &ClientConf, auth_token: &str) -> FsResult<MasterClient> {
-        let mut client = Self::lazy(conf, auth_token)?;
+        let client = Self::lazy(conf, auth_token)?;
         let mut last = None;
         for (i, addr) in client.addrs.iter().enumerate() {
-            let ep = endpoint(addr, client.connect_timeout, client.rpc_timeout)?;
-            match tokio::time::timeout(client.connect_timeout, ep.connect()).await {
-                Ok(Ok(ch)) => {
+            match Conn::open(addr, &client.token, client.connect_timeout).await {
+                Ok(conn) => {
                     info!(master = %addr, "connected to master");
-                    client.current = RwLock::new((i, ch));
+                    *client.lock() = (i, Some(Arc::new(conn)));
                     return Ok(client);
                 }
-                Ok(Err(e)) => {
+                Err(e) => {
                     debug!(master = %addr, error = %e, "master unreachable");
-                    last = Some(FsError::Unavailable {
-                        message: format!("master {addr}: {}", error_chain(&e)),
-                    });
-                }
-                Err(_) => {
-                    debug!(master = %addr, "connect timed out");
-                    last = Some(FsError::Timeout {
-                        message: format!("connect to master {addr} ({:?})", client.connect_timeout),
-                    });
+                    last = Some(e);
                 }
             }
         }
@@ -95,131 +64,129 @@ impl MasterClient {
         })
     }
 
-    /// A client whose channel connects on first use (no network I/O here).
+    /// A client that connects on first use (no network I/O here).
     pub(crate) fn lazy(conf: &ClientConf, auth_token: &str) -> FsResult<MasterClient> {
         if conf.master_addrs.is_empty() {
             return Err(FsError::config("client.master_addrs must not be empty"));
         }
-        let connect_timeout = conf.connect_timeout.get();
-        let rpc_timeout = conf.rpc_timeout.get();
-        let first = endpoint(&conf.master_addrs[0], connect_timeout, rpc_timeout)?;
-        let token = if auth_token.is_empty() {
-            None
-        } else {
-            let bad = |_| FsError::config("cluster.auth_token must be printable ASCII");
-            Some((
-                MetadataValue::try_from(auth_token).map_err(bad)?,
-                MetadataValue::try_from(format!("Bearer {auth_token}")).map_err(bad)?,
-            ))
-        };
+        if !auth_token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(FsError::config(
+                "cluster.auth_token must be printable ASCII",
+            ));
+        }
+        curvine_common::rpc::hello(auth_token)?;
         Ok(MasterClient {
             addrs: conf.master_addrs.clone(),
-            current: RwLock::new((0, first.connect_lazy())),
-            connect_timeout,
-            rpc_timeout,
+            current: Mutex::new((0, None)),
+            connecting: tokio::sync::Mutex::new(()),
+            connect_timeout: conf.connect_timeout.get(),
+            rpc_timeout: conf.rpc_timeout.get(),
             retry: RetryPolicy {
                 attempts: conf.rpc_retries.max(1),
                 backoff: conf.retry_backoff.get(),
             },
-            token,
+            token: auth_token.to_string(),
         })
     }
 
-    fn client(&self) -> (usize, Client) {
-        let cur = self.current.read().unwrap_or_else(|p| p.into_inner());
-        (cur.0, MasterServiceClient::new(cur.1.clone()))
+    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, Option<Arc<Conn>>)> {
+        self.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The connection to the current master, made now if there is none (or it ended).
+    /// An error means nothing was sent.
+    async fn conn(&self) -> FsResult<(usize, Arc<Conn>)> {
+        let usable = |cur: &(usize, Option<Arc<Conn>>)| match &cur.1 {
+            Some(c) if c.usable() => Some((cur.0, c.clone())),
+            _ => None,
+        };
+        if let Some(c) = usable(&self.lock()) {
+            return Ok(c);
+        }
+        let _one = self.connecting.lock().await;
+        if let Some(c) = usable(&self.lock()) {
+            return Ok(c);
+        }
+        let idx = self.lock().0;
+        let conn = Arc::new(Conn::open(&self.addrs[idx], &self.token, self.connect_timeout).await?);
+        let mut cur = self.lock();
+        if cur.0 == idx {
+            cur.1 = Some(conn.clone());
+        }
+        Ok((idx, conn))
     }
 
     /// Move to another master after `failed` was unavailable or not the leader.
     fn failover(&self, failed: usize, leader: Option<&str>) {
-        if self.addrs.len() < 2 && leader.is_none() {
-            return; // the channel reconnects to the only master by itself
-        }
-        let mut cur = self.current.write().unwrap_or_else(|p| p.into_inner());
+        let mut cur = self.lock();
         if cur.0 != failed {
             return; // another call already moved on
         }
-        let next = leader
-            .and_then(|l| self.addrs.iter().position(|a| a == l))
-            .unwrap_or((failed + 1) % self.addrs.len());
-        let addr = leader.unwrap_or(&self.addrs[next]);
-        match endpoint(addr, self.connect_timeout, self.rpc_timeout) {
-            Ok(ep) => {
-                warn!(from = %self.addrs[failed], to = %addr, "switching master");
-                *cur = (next, ep.connect_lazy());
+        match leader {
+            Some(l) => match self.addrs.iter().position(|a| a == l) {
+                Some(next) => *cur = (next, None),
+                None => warn!(leader = %l, "leader hint not in client.master_addrs; ignored"),
+            },
+            None if self.addrs.len() > 1 => {
+                let next = (failed + 1) % self.addrs.len();
+                warn!(from = %self.addrs[failed], to = %self.addrs[next], "switching master");
+                *cur = (next, None);
             }
-            Err(e) => warn!(error = %e, "bad leader hint ignored"),
+            None => {} // the only master: the next call reconnects to it
         }
     }
 
-    /// Make one call: `f(client, request)` with the auth metadata, the per-call timeout,
-    /// retries per `kind` and failover.
-    pub(crate) async fn call<Req, Resp, F, Fut>(
+    /// Make one call with the per-call timeout, retries per `kind` and failover.
+    pub(crate) async fn call<R: MasterRpc>(
         &self,
         what: &'static str,
         kind: CallKind,
-        req: Req,
-        f: F,
-    ) -> FsResult<Resp>
-    where
-        Req: Clone,
-        F: Fn(Client, tonic::Request<Req>) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
-    {
-        // set by an attempt whose request never left this host
-        let undelivered = AtomicBool::new(false);
+        req: R,
+    ) -> FsResult<R::Response> {
+        // set by an attempt whose request the master surely did not apply
+        let not_applied = AtomicBool::new(false);
         let retry_if = |e: &FsError| match kind {
             CallKind::Idempotent => e.is_retryable(),
-            // the master surely did not apply a mutation it refused as a follower or
-            // never received
             CallKind::Mutation => {
-                matches!(e, FsError::NotLeader { .. }) || undelivered.load(Ordering::Relaxed)
+                matches!(e, FsError::NotLeader { .. }) || not_applied.load(Ordering::Relaxed)
             }
         };
         self.retry
             .run_if(what, retry_if, |_| {
-                let req = req.clone();
-                let f = &f;
-                let undelivered = &undelivered;
+                let req = &req;
+                let not_applied = &not_applied;
                 async move {
-                    undelivered.store(false, Ordering::Relaxed);
-                    let (idx, client) = self.client();
-                    let mut request = tonic::Request::new(req);
-                    if let Some((raw, bearer)) = &self.token {
-                        request
-                            .metadata_mut()
-                            .insert(AUTH_METADATA_KEY, raw.clone());
-                        request
-                            .metadata_mut()
-                            .insert("authorization", bearer.clone());
-                    }
-                    let res = match tokio::time::timeout(self.rpc_timeout, f(client, request)).await
-                    {
-                        Ok(Ok(resp)) => Ok(resp.into_inner()),
-                        Ok(Err(status)) => {
-                            if never_sent(&status) {
-                                undelivered.store(true, Ordering::Relaxed);
-                            }
-                            Err(FsError::from(status))
+                    not_applied.store(false, Ordering::Relaxed);
+                    let (idx, res) = match self.conn().await {
+                        Ok((idx, conn)) => {
+                            debug!(master = %conn.addr(), what, "master call");
+                            (idx, conn.call(req, self.rpc_timeout).await)
                         }
-                        Err(_) => Err(FsError::Timeout {
-                            message: format!("{what} ({:?})", self.rpc_timeout),
-                        }),
+                        Err(error) => {
+                            let idx = self.lock().0;
+                            let ce = crate::master_conn::CallError {
+                                error,
+                                not_applied: true,
+                            };
+                            (idx, Err(ce))
+                        }
                     };
-                    match res {
-                        Ok(v) => Ok(v),
-                        Err(e) => {
-                            match &e {
-                                FsError::NotLeader { leader } => {
-                                    let hint = (!leader.is_empty()).then_some(leader.as_str());
-                                    self.failover(idx, hint);
-                                }
-                                FsError::Unavailable { .. } => self.failover(idx, None),
-                                _ => {}
-                            }
-                            Err(e)
+                    let e = match res {
+                        Ok(v) => return Ok(v),
+                        Err(ce) => {
+                            not_applied.store(ce.not_applied, Ordering::Relaxed);
+                            ce.error
                         }
+                    };
+                    match &e {
+                        FsError::NotLeader { leader } => {
+                            let hint = (!leader.is_empty()).then_some(leader.as_str());
+                            self.failover(idx, hint);
+                        }
+                        FsError::Unavailable { .. } => self.failover(idx, None),
+                        _ => {}
                     }
+                    Err(e)
                 }
             })
             .await
@@ -232,119 +199,100 @@ impl MasterClient {
     }
 }
 
-/// Whether a failed call's request surely never reached the master: the connection
-/// to it could not be made (refused, or the connect itself failed or timed out).
-fn never_sent(status: &tonic::Status) -> bool {
-    if status.code() != tonic::Code::Unavailable {
-        return false;
-    }
-    let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
-    while let Some(e) = src {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if io.kind() == std::io::ErrorKind::ConnectionRefused {
-                return true;
-            }
-        }
-        if let Some(t) = e.downcast_ref::<tonic::transport::Error>() {
-            // tonic's own error for a connection it could not establish
-            if error_chain(t).contains("tcp connect error") {
-                return true;
-            }
-        }
-        src = e.source();
-    }
-    false
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(inner) = src {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        src = inner.source();
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::AtomicU32;
 
     use curvine_common::proto::MkdirRequest;
+    use tokio::io::AsyncReadExt;
 
     use super::*;
 
+    fn conf(addr: String) -> ClientConf {
+        let mut conf = ClientConf::default();
+        conf.master_addrs = vec![addr];
+        conf.rpc_retries = 3;
+        conf.retry_backoff = curvine_common::conf::Dur(Duration::from_millis(1));
+        conf.rpc_timeout = curvine_common::conf::Dur(Duration::from_secs(5));
+        conf
+    }
+
     /// A mutation whose connection is refused never reached the master: it is retried.
-    /// One that reached it and failed is not.
+    /// One that reached it and failed is not; an idempotent call is.
     #[tokio::test]
     async fn mutations_retry_only_when_never_sent() {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         }; // closed again: connections are refused
-        let mut conf = ClientConf::default();
-        conf.master_addrs = vec![format!("127.0.0.1:{port}")];
-        conf.rpc_retries = 3;
-        conf.retry_backoff = curvine_common::conf::Dur(Duration::from_millis(1));
-        let client = MasterClient::lazy(&conf, "").unwrap();
-        let calls = AtomicU32::new(0);
+        let client = MasterClient::lazy(&conf(format!("127.0.0.1:{port}")), "").unwrap();
         let err = client
-            .call(
-                "mkdir",
-                CallKind::Mutation,
-                MkdirRequest::default(),
-                |mut c, r| {
-                    calls.fetch_add(1, Ordering::SeqCst);
-                    async move { c.mkdir(r).await }
-                },
-            )
+            .call("mkdir", CallKind::Mutation, MkdirRequest::default())
             .await
             .unwrap_err();
         assert!(matches!(err, FsError::Unavailable { .. }), "{err}");
-        assert_eq!(calls.load(Ordering::SeqCst), 3, "refused: every try made");
 
-        // a server that answers but breaks the call: the request was sent, no retry
+        // a server that reads the request, then hangs up: it may have applied it
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicU32::new(0));
+        let n = accepted.clone();
         tokio::spawn(async move {
-            while let Ok((s, _)) = listener.accept().await {
-                drop(s); // accept, then hang up
+            while let Ok((mut s, _)) = listener.accept().await {
+                n.fetch_add(1, Ordering::SeqCst);
+                let mut b = [0u8; 64];
+                let _ = s.read(&mut b).await;
+                drop(s);
             }
         });
-        conf.master_addrs = vec![addr.to_string()];
-        let client = MasterClient::lazy(&conf, "").unwrap();
-        let calls = AtomicU32::new(0);
-        let idempotent = AtomicU32::new(0);
+        let client = MasterClient::lazy(&conf(addr.to_string()), "").unwrap();
         let _ = client
-            .call(
-                "mkdir",
-                CallKind::Mutation,
-                MkdirRequest::default(),
-                |mut c, r| {
-                    calls.fetch_add(1, Ordering::SeqCst);
-                    async move { c.mkdir(r).await }
-                },
-            )
+            .call("mkdir", CallKind::Mutation, MkdirRequest::default())
             .await
             .unwrap_err();
-        let _ = client
-            .call(
-                "mkdir",
-                CallKind::Idempotent,
-                MkdirRequest::default(),
-                |mut c, r| {
-                    idempotent.fetch_add(1, Ordering::SeqCst);
-                    async move { c.mkdir(r).await }
-                },
-            )
-            .await
-            .unwrap_err();
-        assert_eq!(idempotent.load(Ordering::SeqCst), 3);
         assert_eq!(
-            calls.load(Ordering::SeqCst),
+            accepted.load(Ordering::SeqCst),
             1,
             "maybe delivered: not retried"
         );
+        let _ = client
+            .call("mkdir", CallKind::Idempotent, MkdirRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            4,
+            "idempotent: every try made"
+        );
+    }
+
+    /// A master that stops says which calls it did not apply (goaway); those mutations
+    /// are retried, on a new connection.
+    #[tokio::test]
+    async fn goaway_makes_unapplied_mutations_retry() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicU32::new(0));
+        let n = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                n.fetch_add(1, Ordering::SeqCst);
+                let mut b = [0u8; 64];
+                let _ = s.read(&mut b).await; // hello and request
+                let mut g = bytes::BytesMut::new();
+                curvine_common::rpc::encode_goaway(&mut g, 0);
+                let _ = s.write_all(&g).await;
+                let _ = s.shutdown().await;
+                let _ = s.read(&mut b).await; // until the client hangs up
+            }
+        });
+        let client = MasterClient::lazy(&conf(addr.to_string()), "").unwrap();
+        let err = client
+            .call("mkdir", CallKind::Mutation, MkdirRequest::default())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("stopping"), "{err}");
+        assert_eq!(accepted.load(Ordering::SeqCst), 3, "not applied: retried");
     }
 }

@@ -177,12 +177,7 @@ impl FsReader {
                 let r = fs
                     .inner
                     .master
-                    .call(
-                        "report_bad_block",
-                        CallKind::Mutation,
-                        req,
-                        |mut c, r| async move { c.report_bad_block(r).await },
-                    )
+                    .call("report_bad_block", CallKind::Mutation, req)
                     .await;
                 if let Err(e) = r {
                     tracing::debug!(error = %e, "report of a bad replica failed");

@@ -6,6 +6,8 @@ pub mod conf;
 pub mod error;
 pub mod frame;
 pub mod path;
+pub mod rpc;
+pub mod rpc_server;
 pub mod types;
 
 /// Generated protobuf and gRPC code (`proto/curvine.proto`).

@@ -228,6 +228,10 @@ fn garbage_bytes_do_not_hurt_servers() {
                 &b"\xff\xff\xff\xff"[..],
                 b"\x00\x00\x00\x08\x00\x00\x00\x04",
                 b"GET / HTTP/1.1\r\n\r\n",
+                // the framed transport: a bad version, then bad frames after a good hello
+                b"CVMR\x07",
+                b"CVMR\x01\x00\x00",
+                b"CVMR\x01\x00\x00\x00\x00\x00\x0a\x00\x00\x00\x00\x00\x00\x00\x01\xff\xff",
             ] {
                 let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
                 let _ = s.write_all(prefix).await;

@@ -24,6 +24,11 @@ impl AuthInterceptor {
         }
     }
 
+    /// Whether `given` (from a framed connection's hello) is the token.
+    pub fn allows_token(&self, given: &[u8]) -> bool {
+        self.token.as_deref().is_none_or(|t| same(given, t))
+    }
+
     /// Whether the metadata of a call carries the token.
     pub fn allows(&self, md: &tonic::metadata::MetadataMap) -> bool {
         let Some(token) = &self.token else {

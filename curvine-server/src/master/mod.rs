@@ -9,6 +9,7 @@
 mod attrs;
 pub mod auth;
 mod files;
+mod framed;
 mod lease;
 mod namespace;
 mod records;
@@ -34,7 +35,6 @@ use std::time::{Duration, Instant};
 use curvine_common::proto::master_service_server::MasterServiceServer;
 use curvine_common::{ClusterConf, FsError, FsResult};
 use tokio::net::TcpListener;
-use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn, Instrument};
@@ -78,22 +78,30 @@ pub async fn run(
     );
     tasks.close();
 
-    let svc = MasterServiceServer::new(service::MasterSvc { ns: ns.clone() })
+    let svc = Arc::new(service::MasterSvc { ns: ns.clone() });
+    let auth = auth::AuthInterceptor::new(&conf.cluster.auth_token);
+    // one port, two protocols: framed connections are served by `framed`, the rest
+    // reach tonic through this channel
+    let (grpc_tx, grpc_rx) = tokio::sync::mpsc::channel(64);
+    let accept = tokio::spawn(framed::accept_loop(
+        listener,
+        svc.clone(),
+        auth.clone(),
+        grpc_tx,
+        cancel.clone(),
+    ));
+    let grpc = MasterServiceServer::from_arc(svc)
         .max_decoding_message_size(256 << 20)
         .max_encoding_message_size(256 << 20);
-    let svc = tonic::service::interceptor::InterceptedService::new(
-        svc,
-        auth::AuthInterceptor::new(&conf.cluster.auth_token),
-    );
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
-        s.inspect(|s| {
-            let _ = s.set_nodelay(true);
-        })
-    });
+    let grpc = tonic::service::interceptor::InterceptedService::new(grpc, auth);
     let served = tonic::transport::Server::builder()
-        .add_service(svc)
-        .serve_with_incoming_shutdown(incoming, cancel.cancelled())
+        .add_service(grpc)
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::ReceiverStream::new(grpc_rx),
+            cancel.cancelled(),
+        )
         .await;
+    let _ = accept.await;
     bg.cancel();
     tasks.wait().await;
     ns.syncer.stop();

@@ -5,15 +5,11 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, LazyLock, Mutex, Once};
-use std::time::Duration;
 
-use curvine_client::proto::master_service_client::MasterServiceClient;
-use curvine_client::proto::{LocatedBlock, OpenRequest};
-use curvine_client::{CurvineFs, AUTH_METADATA_KEY};
-use curvine_common::path::normalize;
+use curvine_client::proto::LocatedBlock;
+use curvine_client::CurvineFs;
 use curvine_common::{ClusterConf, FsError, FsResult};
 use tokio::runtime::Runtime;
-use tonic::transport::{Channel, Endpoint};
 use tracing::info;
 
 use crate::handles::Table;
@@ -21,8 +17,6 @@ use crate::handles::Table;
 pub struct Client {
     rt: Runtime,
     fs: CurvineFs,
-    /// A second channel for the one call `CurvineFs` does not expose (block locations).
-    locator: tokio::sync::Mutex<Option<MasterServiceClient<Channel>>>,
 }
 
 /// Clients by the canonical text of their configuration.
@@ -67,11 +61,7 @@ impl Client {
         match rt.block_on(CurvineFs::connect(conf)) {
             Ok(fs) => {
                 info!(masters = %addrs, "curvine client connected");
-                let c = Arc::new(Client {
-                    rt,
-                    fs,
-                    locator: tokio::sync::Mutex::new(None),
-                });
+                let c = Arc::new(Client { rt, fs });
                 clients.insert(key.to_string(), c.clone());
                 Ok(c)
             }
@@ -96,57 +86,8 @@ impl Client {
         self.rt.block_on(f)
     }
 
-    async fn locator(&self) -> FsResult<MasterServiceClient<Channel>> {
-        let mut guard = self.locator.lock().await;
-        if let Some(c) = guard.as_ref() {
-            return Ok(c.clone());
-        }
-        let conf = &self.fs.conf().client;
-        let mut last = FsError::config("client.master_addrs is empty");
-        for addr in &conf.master_addrs {
-            let ep = Endpoint::from_shared(format!("http://{addr}"))
-                .map_err(|e| FsError::config(format!("bad master address {addr:?}: {e}")))?
-                .connect_timeout(conf.connect_timeout.get())
-                .timeout(conf.rpc_timeout.get())
-                .tcp_nodelay(true);
-            match tokio::time::timeout(conf.connect_timeout.get(), ep.connect()).await {
-                Ok(Ok(ch)) => {
-                    let c = MasterServiceClient::new(ch);
-                    *guard = Some(c.clone());
-                    return Ok(c);
-                }
-                Ok(Err(e)) => last = FsError::from(e),
-                Err(_) => {
-                    last = FsError::Timeout {
-                        message: format!("connect to master {addr}"),
-                    }
-                }
-            }
-        }
-        Err(last)
-    }
-
     /// Block locations of a file (the master's `open` reply), for data locality.
     pub async fn block_locations(&self, path: &str) -> FsResult<Vec<LocatedBlock>> {
-        let path = normalize(path)?;
-        let mut c = self.locator().await?;
-        let mut req = tonic::Request::new(OpenRequest {
-            path,
-            caller: Some(self.fs.caller_info()),
-        });
-        let token = &self.fs.conf().cluster.auth_token;
-        if !token.is_empty() {
-            let v = token
-                .parse()
-                .map_err(|_| FsError::config("cluster.auth_token must be printable ASCII"))?;
-            req.metadata_mut().insert(AUTH_METADATA_KEY, v);
-            let bearer = format!("Bearer {token}")
-                .parse()
-                .map_err(|_| FsError::config("cluster.auth_token must be printable ASCII"))?;
-            req.metadata_mut().insert("authorization", bearer);
-        }
-        req.set_timeout(self.fs.conf().client.rpc_timeout.get() + Duration::from_millis(0));
-        let r = c.open(req).await.map_err(FsError::from)?;
-        Ok(r.into_inner().blocks)
+        self.fs.block_locations(path).await
     }
 }

@@ -1,0 +1,141 @@
+//! The master's port serves two protocols: gRPC (workers, tools) and the framed
+//! transport of `curvine_common::rpc` (the Rust client, FUSE, Java). A connection is
+//! sorted by its first four bytes; framed calls go to the same `MasterService` methods
+//! as gRPC ones (`rpc_server`), so both behave alike (auth, fault points, errors).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use curvine_common::rpc::HELLO_MAGIC;
+use curvine_common::rpc_server;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::net::TcpListener;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::server::{Connected, TcpConnectInfo};
+use tracing::{debug, warn};
+
+use super::auth::AuthInterceptor;
+use super::service::MasterSvc;
+
+/// How long a new connection may take to send its first four bytes.
+const SNIFF_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A gRPC connection whose first bytes were already read to sort it.
+pub(super) struct Sniffed {
+    head: [u8; 4],
+    pos: usize,
+    inner: TcpStream,
+}
+
+impl AsyncRead for Sniffed {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.pos < self.head.len() {
+            let n = (self.head.len() - self.pos).min(buf.remaining());
+            let start = self.pos;
+            buf.put_slice(&self.head[start..start + n]);
+            self.pos += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Sniffed {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl Connected for Sniffed {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+/// Accept connections until `cancel` fires: framed ones are served here, the rest are
+/// handed to gRPC through `grpc`.
+pub(super) async fn accept_loop(
+    listener: TcpListener,
+    svc: Arc<MasterSvc>,
+    auth: AuthInterceptor,
+    grpc: mpsc::Sender<std::io::Result<Sniffed>>,
+    cancel: CancellationToken,
+) {
+    loop {
+        let stream = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // out of fds and the like: the listener itself stays usable
+                    warn!(error = %e, "master accept failed");
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_millis(50)) => continue,
+                    }
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let (svc, auth, grpc, cancel) = (svc.clone(), auth.clone(), grpc.clone(), cancel.clone());
+        tokio::spawn(async move {
+            let mut stream = stream;
+            let mut head = [0u8; 4];
+            let sniff = tokio::time::timeout(SNIFF_TIMEOUT, stream.read_exact(&mut head));
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = sniff => match r {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return debug!(error = %e, "connection closed before a request"),
+                    Err(_) => return debug!("connection sent nothing; closed"),
+                },
+            }
+            if head == HELLO_MAGIC {
+                let stop = cancel.cancelled_owned();
+                rpc_server::serve(stream, svc, |t| auth.allows_token(t), stop).await;
+            } else {
+                let _ = grpc
+                    .send(Ok(Sniffed {
+                        head,
+                        pos: 0,
+                        inner: stream,
+                    }))
+                    .await;
+            }
+        });
+    }
+}
