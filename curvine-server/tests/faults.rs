@@ -338,6 +338,17 @@ async fn seen(fs: &CurvineFs, p: &str) -> Seen {
 /// acknowledged op's effect is present and the op in flight at the kill is all or nothing.
 #[test]
 fn master_kill9_keeps_acknowledged_mutations() {
+    kill9_under_load(true);
+}
+
+/// The same with `journal.sync = false`: a mutation is acknowledged once its WAL record
+/// is written (not synced), which a process kill cannot undo.
+#[test]
+fn master_kill9_keeps_acknowledged_mutations_without_journal_sync() {
+    kill9_under_load(false);
+}
+
+fn kill9_under_load(journal_sync: bool) {
     const CLIENTS: usize = 32;
     const ACKED_BEFORE_KILL: usize = 1500;
     let started = std::time::Instant::now();
@@ -353,6 +364,7 @@ fn master_kill9_keeps_acknowledged_mutations() {
         "[master]\nhostname = \"127.0.0.1\"\nrpc_port = {port}\nmeta_dir = \"{}\"\n\
          lease_timeout = \"2s\"\n\
          [client]\nmaster_addrs = [\"127.0.0.1:{port}\"]\nrpc_timeout = \"5s\"\nrpc_retries = 1\n\
+         [journal]\nsync = {journal_sync}\n\
          [log]\nlevel = \"warn\"\n",
         dir.path().join("meta").display()
     )
@@ -465,7 +477,7 @@ fn master_kill9_keeps_acknowledged_mutations() {
     child.kill().unwrap();
     let _ = child.wait();
     eprintln!(
-        "kill -9 under {CLIENTS} clients: {acked} acknowledged ops all present; in flight at \
+        "kill -9 under {CLIENTS} clients (journal sync {journal_sync}): {acked} acknowledged ops all present; in flight at \
          the kill: {findings:?}; {:?} in all",
         started.elapsed()
     );
