@@ -21,19 +21,24 @@ j=json.load(open('$1')); k='$2'
 bw=sum(job[k]['bw_bytes'] for job in j['jobs'])
 print(f'{bw/2**30:.2f}')"; }
 
-run_fio() { # name dir rw direct bs
+run_fio() { # name dir rw direct bs [fallocate]
   local out; out=$(mktemp)
   fio --name="$1" --directory="$2" --rw="$3" --direct="$4" --bs="$5" --size="$per_job" \
       --numjobs="$JOBS" --ioengine=psync --group_reporting=0 --end_fsync=0 \
-      --output-format=json --output="$out" >/dev/null
+      --fallocate="${6:-native}" --output-format=json --output="$out" >/dev/null
   gib "$out" "$([ "$3" = write ] && echo write || echo read)"; rm -f "$out"
 }
 
 mkdir -p "$TMPFS_DIR" "$DISK_DIR"
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, kernel $(uname -r)"
 echo "total $TOTAL in $JOBS jobs, bs $BS"
-echo "tmpfs write:          $(run_fio tmpfs "$TMPFS_DIR" write 0 "$BS") GiB/s"
+# fio preallocates a file before it times the writes, so its tmpfs write overwrites pages
+# that already exist; a block file is new, and its writes allocate the pages (as dd to a
+# new file does). Both are printed.
+echo "tmpfs write:          $(run_fio tmpfs "$TMPFS_DIR" write 0 "$BS") GiB/s (preallocated)"
 echo "tmpfs read:           $(run_fio tmpfs "$TMPFS_DIR" read 0 "$BS") GiB/s"
+rm -rf "$TMPFS_DIR"; mkdir -p "$TMPFS_DIR"
+echo "tmpfs write, new:     $(run_fio tmpfs "$TMPFS_DIR" write 0 "$BS" none) GiB/s (pages allocated by the writes)"
 rm -rf "$TMPFS_DIR"
 echo "disk O_DIRECT write:  $(run_fio disk "$DISK_DIR" write 1 1M) GiB/s"
 echo "disk O_DIRECT read:   $(run_fio disk "$DISK_DIR" read 1 1M) GiB/s"

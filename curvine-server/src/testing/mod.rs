@@ -70,15 +70,20 @@ impl MiniClusterBuilder {
     }
 
     pub async fn start(self) -> FsResult<MiniCluster> {
+        // A cluster shared through a static is never dropped, so its dirs outlive the
+        // test process; each name carries the pid, and dirs of dead processes go here.
+        let prefix = format!("curvine-mini-{}-", std::process::id());
+        let shm = PathBuf::from("/dev/shm");
+        sweep_dead_dirs(&std::env::temp_dir());
         let base = tempfile::Builder::new()
-            .prefix("curvine-mini-")
+            .prefix(&prefix)
             .tempdir()
             .map_err(|e| FsError::io_ctx("create MiniCluster dir", e))?;
-        let shm = PathBuf::from("/dev/shm");
         let shm_base = if shm.is_dir() {
+            sweep_dead_dirs(&shm);
             Some(
                 tempfile::Builder::new()
-                    .prefix("curvine-mini-")
+                    .prefix(&prefix)
                     .tempdir_in(&shm)
                     .map_err(|e| FsError::io_ctx("create MiniCluster tmpfs dir", e))?,
             )
@@ -363,4 +368,25 @@ async fn bind(addr: &str) -> FsResult<TcpListener> {
 
 fn local_addr(l: &TcpListener) -> FsResult<SocketAddr> {
     l.local_addr().map_err(|e| FsError::io_ctx("local_addr", e))
+}
+
+/// Remove `curvine-mini-<pid>-*` dirs under `dir` whose process is gone.
+fn sweep_dead_dirs(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("curvine-mini-")) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            if let Err(err) = std::fs::remove_dir_all(e.path()) {
+                tracing::debug!(path = %e.path().display(), error = %err, "stale MiniCluster dir");
+            }
+        }
+    }
 }
