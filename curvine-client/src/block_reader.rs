@@ -101,6 +101,7 @@ impl BlockSource {
                 file,
                 block_len: ok.block_len,
                 chunk_size: chunk_size as u64,
+                verified: vec![0; chunk_count(ok.block_len, chunk_size as u32).div_ceil(64)],
                 crcs: ok.crcs,
                 verify: opts.verify_checksum,
                 cache: None,
@@ -154,6 +155,11 @@ pub(crate) struct LocalBlock {
     verify: bool,
     /// The last chunk read for a partial-chunk access (verified).
     cache: Option<(u64, Vec<u8>)>,
+    /// One bit per chunk already verified through this source. Block files are
+    /// immutable once committed, so a later partial read of such a chunk (4 KiB random
+    /// reads through FUSE) preads just the bytes asked for instead of loading and
+    /// checksumming the whole chunk again. The worker's scrubber covers later decay.
+    verified: Vec<u64>,
 }
 
 impl LocalBlock {
@@ -202,7 +208,14 @@ impl LocalBlock {
                 let crcs = self.crcs.get(ci as usize..).unwrap_or(&[]);
                 verify_chunks(out, cs as usize, crcs)
                     .map_err(|i| mismatch(self.block_id, &self.worker, cstart + i as u64 * cs))?;
+                for c in ci..whole_end.div_ceil(cs) {
+                    self.mark_verified(c);
+                }
                 cur = whole_end;
+            } else if self.is_verified(ci) && !matches!(&self.cache, Some((i, _)) if *i == ci) {
+                let m = (self.chunk_end(ci).min(end) - cur) as usize;
+                self.pread(&mut dst[d..d + m], cur)?;
+                cur += m as u64;
             } else {
                 let chunk = self.load_chunk(ci)?;
                 let s = (cur - cstart) as usize;
@@ -212,6 +225,18 @@ impl LocalBlock {
             }
         }
         Ok(n)
+    }
+
+    fn is_verified(&self, chunk: u64) -> bool {
+        self.verified
+            .get((chunk / 64) as usize)
+            .is_some_and(|w| w & (1 << (chunk % 64)) != 0)
+    }
+
+    fn mark_verified(&mut self, chunk: u64) {
+        if let Some(w) = self.verified.get_mut((chunk / 64) as usize) {
+            *w |= 1 << (chunk % 64);
+        }
     }
 
     fn load_chunk(&mut self, index: u64) -> FsResult<&[u8]> {
@@ -229,6 +254,7 @@ impl LocalBlock {
             if want != Some(crc32c::crc32c(&buf)) {
                 return Err(mismatch(self.block_id, &self.worker, start));
             }
+            self.mark_verified(index);
             self.cache = Some((index, buf));
         }
         Ok(self
@@ -322,5 +348,80 @@ impl RemoteStream {
             }
             self.next_frame(pool).await?;
         }
+    }
+}
+
+#[cfg(test)]
+mod local_tests {
+    use super::*;
+    use curvine_common::checksum::chunk_crcs;
+    use std::io::Write;
+
+    const CS: usize = 1024;
+
+    fn local(content: &[u8]) -> (tempfile::NamedTempFile, LocalBlock) {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(content).unwrap();
+        let len = content.len() as u64;
+        let block = LocalBlock {
+            block_id: 7,
+            worker: "w".into(),
+            file: File::open(f.path()).unwrap(),
+            block_len: len,
+            chunk_size: CS as u64,
+            crcs: chunk_crcs(content, CS),
+            verify: true,
+            cache: None,
+            verified: vec![0; chunk_count(len, CS as u32).div_ceil(64)],
+        };
+        (f, block)
+    }
+
+    fn content(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 31 % 251) as u8).collect()
+    }
+
+    #[test]
+    fn partial_reads_return_the_bytes_on_every_path() {
+        let data = content(70 * CS + 100);
+        let (_f, mut b) = local(&data);
+        let mut rng = 12345u64;
+        for _ in 0..2000 {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let off = (rng >> 33) as usize % data.len();
+            let len = 1 + (rng >> 13) as usize % (3 * CS);
+            let mut out = vec![0u8; len];
+            let n = b.read_at(off as u64, &mut out).unwrap();
+            assert_eq!(n, len.min(data.len() - off));
+            assert_eq!(&out[..n], &data[off..off + n], "read of {len} at {off}");
+        }
+        assert!(b.is_verified(69) || b.is_verified(0));
+    }
+
+    #[test]
+    fn a_corrupt_chunk_is_caught_until_it_was_verified() {
+        let data = content(8 * CS);
+        let (f, mut b) = local(&data);
+        // chunk 2 is verified by a partial read, chunk 5 never read
+        let mut out = [0u8; 16];
+        b.read_at(2 * CS as u64 + 8, &mut out).unwrap();
+        assert!(b.is_verified(2));
+        assert!(!b.is_verified(5));
+        let mut bad = data.clone();
+        bad[5 * CS + 3] ^= 0xff;
+        std::fs::write(f.path(), &bad).unwrap();
+        match b.read_at(5 * CS as u64, &mut out) {
+            Err(FsError::ChecksumMismatch { message, .. }) => {
+                assert!(message.contains(&(5 * CS).to_string()), "{message}")
+            }
+            other => panic!("expected a checksum mismatch, got {other:?}"),
+        }
+        // whole-chunk reads verify (and mark) what they read
+        let mut whole = vec![0u8; 2 * CS];
+        b.read_at(0, &mut whole).unwrap();
+        assert!(b.is_verified(0) && b.is_verified(1));
+        assert_eq!(whole, data[..2 * CS]);
     }
 }
