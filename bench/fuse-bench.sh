@@ -80,6 +80,8 @@ scrub_rate = "0"
 master_addrs = ["127.0.0.1:$MPORT"]
 [fuse]
 mnt_path = "$MNT"
+# files modified in place spill to tmpfs, next to the MEM tier (not to a disk /tmp)
+spill_dir = "$WORK/spill"
 [log]
 level = "warn"
 EOF

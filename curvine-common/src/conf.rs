@@ -306,6 +306,10 @@ pub struct FuseConf {
     pub max_write: ByteSize,
     pub writeback_cache: bool,
     pub read_only: bool,
+    /// Where the mount keeps the content of files being modified in place once it
+    /// outgrows memory (unlinked temp files); empty = the system temp dir. A tmpfs
+    /// directory makes random writes to large files much cheaper than a disk one.
+    pub spill_dir: PathBuf,
 }
 
 impl Default for FuseConf {
@@ -319,6 +323,7 @@ impl Default for FuseConf {
             max_write: ByteSize(1 << 20),
             writeback_cache: false,
             read_only: false,
+            spill_dir: PathBuf::new(),
         }
     }
 }

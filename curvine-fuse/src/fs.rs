@@ -18,6 +18,7 @@ use tokio::sync::RwLock;
 use tracing::{debug, warn};
 
 use crate::attr::{apply_local, errno, to_attr};
+use crate::bufpool::BufPool;
 use crate::file::{Content, FileState};
 use crate::inodes::{InodeTable, NameError};
 
@@ -110,6 +111,8 @@ pub struct CurvineFuse {
     /// were moved to, deleted by the last release.
     hidden: Mutex<HashMap<u64, String>>,
     next_fh: AtomicU64,
+    /// Reply buffers of large reads.
+    bufs: Arc<BufPool>,
 }
 
 /// Where unlinked-but-open files wait for their last close, under the mount's root;
@@ -134,6 +137,7 @@ impl CurvineFuse {
                 dirs: Mutex::new(HashMap::new()),
                 hidden: Mutex::new(HashMap::new()),
                 next_fh: AtomicU64::new(1),
+                bufs: Arc::new(BufPool::default()),
             })
         } else {
             Err(FsError::NotADirectory { path: root.path })
@@ -301,7 +305,6 @@ impl CurvineFuse {
 
     pub(crate) async fn read(&self, ino: u64, fh: u64, off: u64, size: u32) -> Result<Bytes> {
         let h = self.handle(fh)?;
-        let path = self.path_of(ino)?;
         let state = self.state(h.ino).ok_or_else(|| Errno::from(libc::EBADF))?;
         let gen = loop {
             {
@@ -329,6 +332,7 @@ impl CurvineFuse {
         let lane = h.lane(block, gen);
         let mut r = lane.reader.lock().await;
         if r.is_none() {
+            let path = self.path_of(ino)?;
             let reader = self.fs.open(&path).await.map_err(|e| errno(&e))?;
             let file_bs = reader.status().block_size;
             if bs == 0 && file_bs > 0 {
@@ -340,13 +344,13 @@ impl CurvineFuse {
         let Some(reader) = r.as_mut() else {
             return Err(Errno::from(libc::EIO));
         };
-        let mut buf = vec![0u8; size as usize];
-        let n = reader.pread(off, &mut buf).await.map_err(|e| {
-            warn!(path, off, error = %e, "read failed");
+        let mut buf = self.bufs.get(size as usize);
+        let n = reader.pread(off, buf.as_mut_slice()).await.map_err(|e| {
+            warn!(path = reader.path(), off, error = %e, "read failed");
             errno(&e)
         })?;
         buf.truncate(n);
-        Ok(Bytes::from(buf))
+        Ok(buf.into_bytes())
     }
 
     pub(crate) async fn write(&self, ino: u64, fh: u64, off: u64, data: &[u8]) -> Result<u32> {

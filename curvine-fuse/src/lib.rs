@@ -3,6 +3,7 @@
 //! workers; other writes go through a per-file dirty buffer uploaded on flush.
 
 mod attr;
+mod bufpool;
 mod dirty;
 mod file;
 mod fs;

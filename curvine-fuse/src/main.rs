@@ -28,7 +28,8 @@ struct Args {
     /// Mount read-only (writes fail with EROFS).
     #[arg(long)]
     read_only: bool,
-    /// Directory for spilled dirty file content (default: the system temp dir).
+    /// Directory for spilled dirty file content (default: fuse.spill_dir, else the
+    /// system temp dir).
     #[arg(long)]
     spill_dir: Option<PathBuf>,
 }
@@ -85,7 +86,16 @@ async fn run(args: Args, conf: ClusterConf) -> anyhow::Result<()> {
         fuse_conf.read_only = true;
     }
     let mnt = args.mnt_path.unwrap_or_else(|| fuse_conf.mnt_path.clone());
-    let spill = args.spill_dir.unwrap_or_else(std::env::temp_dir);
+    let spill = args.spill_dir.unwrap_or_else(|| {
+        if fuse_conf.spill_dir.as_os_str().is_empty() {
+            std::env::temp_dir()
+        } else {
+            fuse_conf.spill_dir.clone()
+        }
+    });
+    if let Err(e) = std::fs::create_dir_all(&spill) {
+        warn!(dir = %spill.display(), error = %e, "cannot create the spill directory");
+    }
     let opts = MountOptions::from_conf(&fuse_conf, spill);
 
     let mnt = curvine_fuse::prepare_mount_point(&mnt)?;
