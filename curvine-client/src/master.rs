@@ -208,6 +208,31 @@ mod tests {
 
     use super::*;
 
+    /// A master that reads the hello and a request, then hangs up, first saying it
+    /// applied nothing when `goaway`. Returns its address and a count of connections.
+    async fn broken_master(goaway: bool) -> (std::net::SocketAddr, Arc<AtomicU32>) {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicU32::new(0));
+        let n = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                n.fetch_add(1, Ordering::SeqCst);
+                let mut b = [0u8; 64];
+                let _ = s.read(&mut b).await;
+                if goaway {
+                    let mut g = bytes::BytesMut::new();
+                    curvine_common::rpc::encode_goaway(&mut g, 0);
+                    let _ = s.write_all(&g).await;
+                    let _ = s.shutdown().await;
+                    let _ = s.read(&mut b).await; // until the client hangs up
+                }
+            }
+        });
+        (addr, accepted)
+    }
+
     fn conf(addr: String) -> ClientConf {
         let mut conf = ClientConf::default();
         conf.master_addrs = vec![addr];
@@ -233,18 +258,7 @@ mod tests {
         assert!(matches!(err, FsError::Unavailable { .. }), "{err}");
 
         // a server that reads the request, then hangs up: it may have applied it
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(AtomicU32::new(0));
-        let n = accepted.clone();
-        tokio::spawn(async move {
-            while let Ok((mut s, _)) = listener.accept().await {
-                n.fetch_add(1, Ordering::SeqCst);
-                let mut b = [0u8; 64];
-                let _ = s.read(&mut b).await;
-                drop(s);
-            }
-        });
+        let (addr, accepted) = broken_master(false).await;
         let client = MasterClient::lazy(&conf(addr.to_string()), "").unwrap();
         let _ = client
             .call("mkdir", CallKind::Mutation, MkdirRequest::default())
@@ -270,23 +284,7 @@ mod tests {
     /// are retried, on a new connection.
     #[tokio::test]
     async fn goaway_makes_unapplied_mutations_retry() {
-        use tokio::io::AsyncWriteExt;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(AtomicU32::new(0));
-        let n = accepted.clone();
-        tokio::spawn(async move {
-            while let Ok((mut s, _)) = listener.accept().await {
-                n.fetch_add(1, Ordering::SeqCst);
-                let mut b = [0u8; 64];
-                let _ = s.read(&mut b).await; // hello and request
-                let mut g = bytes::BytesMut::new();
-                curvine_common::rpc::encode_goaway(&mut g, 0);
-                let _ = s.write_all(&g).await;
-                let _ = s.shutdown().await;
-                let _ = s.read(&mut b).await; // until the client hangs up
-            }
-        });
+        let (addr, accepted) = broken_master(true).await;
         let client = MasterClient::lazy(&conf(addr.to_string()), "").unwrap();
         let err = client
             .call("mkdir", CallKind::Mutation, MkdirRequest::default())

@@ -13,7 +13,6 @@ use curvine_common::{FsError, FsResult};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
-use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
 use tracing::debug;
 
@@ -97,28 +96,13 @@ impl Conn {
             .unwrap_or(addr)
             .trim_end_matches('/');
         let hello = rpc::hello(token)?;
-        let stream = match tokio::time::timeout(timeout, TcpStream::connect(hostport)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                return Err(FsError::Unavailable {
-                    message: format!("master {addr}: {e}"),
-                })
-            }
-            Err(_) => {
-                return Err(FsError::Timeout {
-                    message: format!("connect to master {addr} ({timeout:?})"),
-                })
-            }
-        };
-        stream
-            .set_nodelay(true)
-            .map_err(|e| FsError::io_ctx("set TCP_NODELAY", e))?;
+        let stream = crate::pool::connect("master", hostport, timeout).await?;
         let (mut rd, mut wr) = stream.into_split();
         match tokio::time::timeout(timeout, wr.write_all(&hello)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 return Err(FsError::Unavailable {
-                    message: format!("master {addr}: {e}"),
+                    message: format!("hello to master {addr}: {e}"),
                 })
             }
             Err(_) => {

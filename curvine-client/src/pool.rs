@@ -117,23 +117,7 @@ impl WorkerPool {
     }
 
     async fn dial(&self, addr: &str) -> FsResult<DataConn> {
-        let stream =
-            match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    return Err(FsError::Unavailable {
-                        message: format!("connect to worker {addr}: {e}"),
-                    })
-                }
-                Err(_) => {
-                    return Err(FsError::Timeout {
-                        message: format!("connect to worker {addr}"),
-                    })
-                }
-            };
-        stream
-            .set_nodelay(true)
-            .map_err(|e| FsError::io_ctx(format!("worker {addr}: set TCP_NODELAY"), e))?;
+        let stream = connect("worker", addr, self.connect_timeout).await?;
         debug!(worker = %addr, "data connection opened");
         Ok(DataConn {
             stream: BufReader::with_capacity(READ_BUF, stream),
@@ -191,6 +175,28 @@ impl WorkerPool {
         let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         idle.get(addr).map_or(0, |v| v.len())
     }
+}
+
+/// A TCP connection to `addr` with TCP_NODELAY, made within `timeout`; `what` names the
+/// peer in errors. Any error means nothing was sent.
+pub(crate) async fn connect(what: &str, addr: &str, timeout: Duration) -> FsResult<TcpStream> {
+    let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            return Err(FsError::Unavailable {
+                message: format!("connect to {what} {addr}: {e}"),
+            })
+        }
+        Err(_) => {
+            return Err(FsError::Timeout {
+                message: format!("connect to {what} {addr} ({timeout:?})"),
+            })
+        }
+    };
+    stream
+        .set_nodelay(true)
+        .map_err(|e| FsError::io_ctx(format!("{what} {addr}: set TCP_NODELAY"), e))?;
+    Ok(stream)
 }
 
 #[cfg(test)]
