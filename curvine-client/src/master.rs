@@ -158,10 +158,7 @@ impl MasterClient {
                 async move {
                     not_applied.store(false, Ordering::Relaxed);
                     let (idx, res) = match self.conn().await {
-                        Ok((idx, conn)) => {
-                            debug!(master = %conn.addr(), what, "master call");
-                            (idx, conn.call(req, self.rpc_timeout).await)
-                        }
+                        Ok((idx, conn)) => (idx, conn.call(req, self.rpc_timeout).await),
                         Err(error) => {
                             let idx = self.lock().0;
                             let ce = crate::master_conn::CallError {

@@ -1,6 +1,7 @@
 //! One framed connection to the master (`curvine_common::rpc`): many calls in flight at
-//! once, matched to their replies by id. A writer task sends every queued request in one
-//! write; a reader task hands each reply to its caller.
+//! once, matched to their replies by id. A caller writes its request straight onto the
+//! socket; only when the socket is full does a writer task drain the rest. A reader task
+//! hands each reply to its caller.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,7 +37,7 @@ enum Outcome {
 struct Shared {
     /// `None` once the connection is finished: no new call may start on it.
     pending: Mutex<Option<HashMap<u64, oneshot::Sender<Outcome>>>>,
-    /// The master said it stops: no new call may start here.
+    /// The master said it stops, or the connection ended: no new call may start here.
     closing: AtomicBool,
     /// The `Conn` is gone.
     dropped: AtomicBool,
@@ -48,11 +49,12 @@ impl Shared {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<HashMap<u64, oneshot::Sender<Outcome>>>> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.pending)
     }
 
     /// End the connection: every call still waiting fails.
     fn finish(&self, not_applied: bool, why: &str) {
+        self.closing.store(true, Ordering::SeqCst);
         let calls = self.lock().take();
         for (_, tx) in calls.into_iter().flatten() {
             let _ = tx.send(Outcome::Lost {
@@ -217,11 +219,7 @@ impl Conn {
 
     /// Whether new calls can still start here.
     pub(crate) fn usable(&self) -> bool {
-        self.shared.accepting() && self.shared.lock().is_some()
-    }
-
-    pub(crate) fn addr(&self) -> &str {
-        &self.addr
+        self.shared.accepting()
     }
 
     /// One call, waiting at most `timeout` for its reply.

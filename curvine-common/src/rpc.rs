@@ -110,8 +110,9 @@ pub fn encode_request<R: MasterRpc>(out: &mut BytesMut, id: u64, req: &R) {
     let _ = req.encode(out);
 }
 
-/// Append one reply frame to `out`: the encoded response, or the parts of an error.
-pub fn encode_reply(out: &mut BytesMut, id: u64, reply: Result<&[u8], (i32, &str, &[u8])>) {
+/// Append one reply frame to `out`: the encoded response, or an error with the parts a
+/// `tonic::Status` carries.
+pub fn encode_reply(out: &mut BytesMut, id: u64, reply: Result<&[u8], &tonic::Status>) {
     match reply {
         Ok(body) => {
             out.reserve(4 + 9 + body.len());
@@ -120,13 +121,14 @@ pub fn encode_reply(out: &mut BytesMut, id: u64, reply: Result<&[u8], (i32, &str
             out.put_u8(REPLY_OK);
             out.extend_from_slice(body);
         }
-        Err((code, message, details)) => {
+        Err(st) => {
+            let (message, details) = (st.message(), st.details());
             let len = 9 + 4 + 4 + message.len() + details.len();
             out.reserve(4 + len);
             out.put_u32(len as u32);
             out.put_u64(id);
             out.put_u8(REPLY_ERR);
-            out.put_i32(code);
+            out.put_i32(st.code() as i32);
             out.put_u32(message.len() as u32);
             out.extend_from_slice(message.as_bytes());
             out.extend_from_slice(details);
@@ -227,11 +229,7 @@ mod tests {
         encode_request(&mut buf, 7, &req);
         encode_reply(&mut buf, 7, Ok(b"xyz"));
         let st = tonic::Status::from(FsError::not_found("/a%zz"));
-        encode_reply(
-            &mut buf,
-            8,
-            Err((st.code() as i32, st.message(), st.details())),
-        );
+        encode_reply(&mut buf, 8, Err(&st));
         encode_goaway(&mut buf, 8);
         buf.extend_from_slice(&[0, 0]); // a partial next frame
 

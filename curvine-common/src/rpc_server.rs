@@ -19,6 +19,9 @@ use crate::proto::master_service_server::MasterService;
 use crate::proto::*;
 use crate::rpc;
 
+/// A call's encoded response, or its error.
+type Handled = Result<Vec<u8>, Status>;
+
 /// How long a client may take to finish its hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -72,9 +75,9 @@ where
                 reading = false;
             }
             Some((id, reply)) = inflight.next(), if !inflight.is_empty() => {
-                encode(&mut out, id, reply);
+                rpc::encode_reply(&mut out, id, Handled::as_deref(&reply));
                 while let Some(Some((id, reply))) = inflight.next().now_or_never() {
-                    encode(&mut out, id, reply);
+                    rpc::encode_reply(&mut out, id, Handled::as_deref(&reply));
                 }
             }
             r = rd.read_buf(&mut buf), if reading => {
@@ -115,13 +118,6 @@ where
     let _ = wr.shutdown().await;
 }
 
-fn encode(out: &mut BytesMut, id: u64, reply: Result<Vec<u8>, Status>) {
-    match &reply {
-        Ok(body) => rpc::encode_reply(out, id, Ok(body)),
-        Err(st) => rpc::encode_reply(out, id, Err((st.code() as i32, st.message(), st.details()))),
-    }
-}
-
 async fn read_hello(rd: &mut tokio::net::tcp::OwnedReadHalf) -> std::io::Result<Vec<u8>> {
     let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_string());
     let mut v = [0u8; 3];
@@ -151,7 +147,7 @@ macro_rules! dispatch_table {
             method: u16,
             body: Bytes,
             info: TcpConnectInfo,
-        ) -> Result<Vec<u8>, Status> {
+        ) -> Handled {
             match method {
                 $($id => {
                     let req = $req::decode(body).map_err(|e| {
