@@ -96,16 +96,22 @@ async fn replicated_write_fails_naming_the_worker_that_did_not_commit() {
     assert!(bad.block(BLOCK).is_none());
 }
 
+/// A short-circuit writer of block `BLOCK` on `w`, and the pool it needs.
+async fn short_circuit_writer(w: &FakeWorker) -> (WorkerPool, BlockWriter) {
+    let pool = WorkerPool::new(Duration::from_secs(2));
+    let block = located(BLOCK, 0, 0, &[w]);
+    let bw = BlockWriter::open(&pool, &block, &write_opts(true))
+        .await
+        .unwrap();
+    (pool, bw)
+}
+
 #[tokio::test]
 async fn short_circuit_write_sends_all_crcs_at_commit() {
     let w = FakeWorker::start(CS).await;
     w.state.lock().unwrap().short_circuit = true;
-    let pool = WorkerPool::new(Duration::from_secs(2));
-    let block = located(BLOCK, 0, 0, &[&w]);
+    let (pool, mut bw) = short_circuit_writer(&w).await;
     let payload = data(5 * CS + 7);
-    let mut bw = BlockWriter::open(&pool, &block, &write_opts(true))
-        .await
-        .unwrap();
     bw.write(&payload[..4 * CS]).await.unwrap();
     bw.write(&payload[4 * CS..]).await.unwrap();
     within(bw.commit(&pool)).await.unwrap();
@@ -125,12 +131,8 @@ async fn short_circuit_write_to_a_disk_tier_uses_direct_io() {
         s.short_circuit = true;
         s.tier = curvine_common::proto::StorageTier::Ssd as i32;
     }
-    let pool = WorkerPool::new(Duration::from_secs(2));
-    let block = located(BLOCK, 0, 0, &[&w]);
+    let (pool, mut bw) = short_circuit_writer(&w).await;
     let payload = data(5 * CS + 7);
-    let mut bw = BlockWriter::open(&pool, &block, &write_opts(true))
-        .await
-        .unwrap();
     assert_eq!(bw.direct_sinks(), 1, "O_DIRECT on the SSD tier");
     bw.write(&payload[..CS]).await.unwrap();
     bw.write(&payload[CS..4 * CS]).await.unwrap();
