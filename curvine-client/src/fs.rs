@@ -40,6 +40,9 @@ pub(crate) struct Inner {
     _shutdown: watch::Sender<()>,
 }
 
+/// Zeros for filling holes.
+static ZEROS: [u8; 64 << 10] = [0u8; 64 << 10];
+
 /// A connection to a Curvine cluster.
 #[derive(Clone)]
 pub struct CurvineFs {
@@ -230,7 +233,24 @@ impl CurvineFs {
         Ok(FsWriter::new(self.clone(), status, None))
     }
 
+    /// A writer at the end of `path`. A hole a truncate left past the file's data is
+    /// written out as zeros first, so the new bytes land at the file's length.
     pub async fn append(&self, path: &str) -> FsResult<FsWriter> {
+        let mut w = self.append_to_data(path).await?;
+        let mut hole = w.status().tail_zeros;
+        while hole > 0 {
+            let n = hole.min(ZEROS.len() as u64) as usize;
+            w.write(&ZEROS[..n]).await?;
+            hole -= n as u64;
+        }
+        Ok(w)
+    }
+
+    /// A writer at the end of `path`'s data, before the hole a truncate or fallocate may
+    /// have left past it (`FileStatus::tail_zeros`). The file keeps its length unless
+    /// the writes go past it; the part of the hole they do not cover still reads as
+    /// zeros. For writers that fill a preallocated file from its data's end.
+    pub async fn append_to_data(&self, path: &str) -> FsResult<FsWriter> {
         let req = proto::AppendRequest {
             path: norm(path)?,
             caller: self.caller(),
@@ -367,31 +387,15 @@ impl CurvineFs {
         status_of(r.status, "set_attr")
     }
 
-    /// Set the length of a file: shrinking goes to the master, growing appends zeros.
+    /// Set the length of a file. Growing it leaves a hole past its data that reads as
+    /// zeros and takes no space; one master call either way.
     pub async fn truncate(&self, path: &str, len: u64) -> FsResult<()> {
-        let path = norm(path)?;
-        let st = self.stat(&path).await?;
-        if st.file_type == proto::FileType::Dir as i32 {
-            return Err(FsError::IsADirectory { path });
-        }
-        if len <= st.len {
-            let req = proto::TruncateRequest {
-                path,
-                len,
-                caller: self.caller(),
-            };
-            rpc!(self, "truncate", Mutation, req).await?;
-            return Ok(());
-        }
-        let mut w = self.append(&path).await?;
-        let zeros = vec![0u8; 1 << 20];
-        let mut left = len - st.len;
-        while left > 0 {
-            let n = left.min(zeros.len() as u64) as usize;
-            w.write(&zeros[..n]).await?;
-            left -= n as u64;
-        }
-        w.close().await?;
+        let req = proto::TruncateRequest {
+            path: norm(path)?,
+            len,
+            caller: self.caller(),
+        };
+        rpc!(self, "truncate", Mutation, req).await?;
         Ok(())
     }
 
@@ -552,6 +556,7 @@ impl CurvineFs {
         path: &str,
         blocks: Vec<proto::CommittedBlock>,
         len: u64,
+        min_len: u64,
     ) -> FsResult<FileStatus> {
         let req = proto::CompleteRequest {
             file_id,
@@ -559,6 +564,7 @@ impl CurvineFs {
             blocks,
             len,
             caller: self.caller(),
+            min_len,
         };
         let r = rpc!(self, "complete", Mutation, req).await?;
         status_of(r.status, "complete")

@@ -188,6 +188,14 @@ impl FsReader {
 
     /// Read from the block holding `offset`, at most to that block's end.
     async fn read_some(&mut self, offset: u64, dst: &mut [u8]) -> FsResult<usize> {
+        // the hole past the data (the file was extended without writing) reads as zeros
+        let data_len = self.len - self.status.tail_zeros.min(self.len);
+        if offset >= data_len && offset < self.len {
+            let n = (dst.len() as u64).min(self.len - offset) as usize;
+            dst[..n].fill(0);
+            self.last_end = offset + n as u64;
+            return Ok(n);
+        }
         let bi = self.blocks.partition_point(|b| b.offset + b.len <= offset);
         let Some(block) = self.blocks.get(bi) else {
             return Err(FsError::protocol(format!(

@@ -57,12 +57,14 @@ pub struct FsWriter {
     no_worker_waits: u32,
     /// File length at the last successful `sync`.
     synced: Option<u64>,
+    /// The file is at least this long once closed (`extend_to`).
+    min_len: u64,
     _lease: LeaseGuard,
 }
 
 impl FsWriter {
     /// A writer for a file the master has just created (or opened for append: writing
-    /// continues at `status.len`, in a new block).
+    /// continues at the end of the file's data, before any hole past it, in a new block).
     pub(crate) fn new(
         fs: CurvineFs,
         status: FileStatus,
@@ -78,7 +80,7 @@ impl FsWriter {
         let lease = fs.lease_acquire(status.id);
         FsWriter {
             path: status.path.clone(),
-            pos: status.len,
+            pos: status.len - status.tail_zeros.min(status.len),
             block_size,
             buf: Vec::new(),
             in_block: 0,
@@ -94,6 +96,7 @@ impl FsWriter {
             no_space_waits: 0,
             no_worker_waits: 0,
             synced: None,
+            min_len: 0,
             _lease: lease,
             status,
             fs,
@@ -107,6 +110,13 @@ impl FsWriter {
     /// Bytes written so far (the file length once closed).
     pub fn pos(&self) -> u64 {
         self.pos
+    }
+
+    /// Make the file at least `len` bytes long when it is closed: the bytes past what
+    /// was written become a hole that reads as zeros (truncate or fallocate of a file
+    /// being written), unless later writes get there first.
+    pub fn extend_to(&mut self, len: u64) {
+        self.min_len = self.min_len.max(len);
     }
 
     /// The status the master returned at create/append.
@@ -247,7 +257,7 @@ impl FsWriter {
             self.finish_block().await?;
             let blocks = std::mem::take(&mut self.committed);
             self.fs
-                .complete(self.status.id, &self.path, blocks, self.pos)
+                .complete(self.status.id, &self.path, blocks, self.pos, self.min_len)
                 .await
         }
         .await;

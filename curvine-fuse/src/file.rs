@@ -33,9 +33,10 @@ pub struct FileState {
     pub gen: u64,
     /// Modification time of local (not yet flushed) changes.
     pub mtime_ms: i64,
-    /// While streaming: the logical length when a truncate/fallocate extended the file
-    /// past the writer's position. The zeros are written only if the writer does not
-    /// get there itself (fio lays files out with fallocate, then writes them).
+    /// While streaming: the file's length when it is past the writer's position (a
+    /// truncate or fallocate extended it, or the stream fills a preallocated file). The
+    /// rest stays a hole that reads as zeros (fio lays files out with fallocate, then
+    /// writes them).
     zero_tail: u64,
     spill_dir: PathBuf,
 }
@@ -100,11 +101,15 @@ impl FileState {
                 }
                 Content::Dirty(d) => return d.write_at(off, data),
                 Content::Clean => {
-                    let len = fs.stat(path).await?.len;
-                    if off >= len {
-                        debug!(path, len, "append stream");
-                        let w = fs.append(path).await?;
+                    let st = fs.stat(path).await?;
+                    let (len, data_len) = (st.len, st.len - st.tail_zeros.min(st.len));
+                    if off >= data_len {
+                        // at or past the end of the data (a preallocated file being
+                        // filled): stream from there; the hole keeps the length
+                        debug!(path, len, data_len, "append stream");
+                        let w = fs.append_to_data(path).await?;
                         self.start_stream(w);
+                        self.zero_tail = len;
                     } else {
                         debug!(path, off, len, "overwrite: loading the content");
                         let d = DirtyBuf::load(fs, path, self.spill_dir.clone()).await?;
@@ -141,15 +146,9 @@ impl FileState {
                     self.close_stream().await?;
                 }
                 Content::Clean => {
-                    // shrinking is a master call; later writes at the end stream again
+                    // one master call either way: growing leaves a hole past the data
+                    // (no zeros are written), and writes there stream again
                     let cur = fs.stat(path).await?.len;
-                    if len > cur {
-                        // extend lazily: zeros are streamed at flush unless written over
-                        let w = fs.append(path).await?;
-                        self.start_stream(w);
-                        self.zero_tail = len;
-                        return Ok(());
-                    }
                     if len != cur {
                         fs.truncate(path, len).await?;
                         self.gen += 1;
@@ -176,12 +175,10 @@ impl FileState {
 
     async fn close_stream(&mut self) -> FsResult<()> {
         if let Content::Streaming(w) = &mut self.content {
-            let gap = self.zero_tail.saturating_sub(w.pos());
+            // a length set past the writer stays a hole of zeros
+            w.extend_to(self.zero_tail);
             self.zero_tail = 0;
-            let res = match write_zeros(w, gap).await {
-                Ok(()) => w.close().await.map(|_| ()),
-                Err(e) => Err(e),
-            };
+            let res = w.close().await.map(|_| ());
             // a failed writer is not retried: its error is the result of this flush
             self.content = Content::Clean;
             self.gen += 1;

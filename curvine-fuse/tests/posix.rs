@@ -524,6 +524,31 @@ fn fallocate_then_sequential_write() {
     assert_eq!(got.len(), 3 << 20);
     assert!(got[..2 << 20] == body[..]);
     assert!(got[2 << 20..].iter().all(|b| *b == 0));
+
+    // fio's layout closes the preallocated file before the job reopens it and writes:
+    // the preallocation is a hole (no zeros stored), and the job's writes stream into it
+    let s = shared();
+    let g = File::create(dir.join("g")).unwrap();
+    // SAFETY: valid fd.
+    let r = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&g), 0, 0, 3 << 20) };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    drop(g);
+    let st = s.rt.block_on(s.fs.stat(&format!("{cv}/g"))).unwrap();
+    assert_eq!(
+        (st.len, st.tail_zeros),
+        (3 << 20, 3 << 20),
+        "preallocation is a hole"
+    );
+    let mut g = OpenOptions::new().write(true).open(dir.join("g")).unwrap();
+    g.write_all(&body).unwrap();
+    assert_eq!(g.metadata().unwrap().len(), 3 << 20);
+    drop(g);
+    let st = s.rt.block_on(s.fs.stat(&format!("{cv}/g"))).unwrap();
+    assert_eq!((st.len, st.tail_zeros), (3 << 20, 1 << 20));
+    let got = fs::read(dir.join("g")).unwrap();
+    assert_eq!(got.len(), 3 << 20);
+    assert!(got[..2 << 20] == body[..]);
+    assert!(got[2 << 20..].iter().all(|b| *b == 0));
 }
 
 #[test]

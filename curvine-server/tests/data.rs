@@ -244,3 +244,75 @@ fn sync_publishes_to_new_readers() {
         sync_publishes(s, "/data-sync2", 2).await;
     });
 }
+
+/// A file grown by truncate keeps a hole past its data: no blocks, the bytes read as
+/// zeros. Writing from the end of the data fills the hole without changing the length
+/// (the FUSE mount's path for fio's fallocate-then-write); a plain append writes the
+/// hole out first, and shrinking into the hole keeps the data.
+#[test]
+fn grown_files_hold_a_hole_of_zeros() {
+    run(1, |s| async move {
+        let fs = &s.fs;
+        let path = "/data-hole";
+        let head = data(BLOCK + 5, 41);
+        fs.write_file(path, &head).await.unwrap();
+        let before = block_counts(s).await;
+        let len = (3 * BLOCK + 17) as u64;
+        fs.truncate(path, len).await.unwrap();
+        let st = fs.stat(path).await.unwrap();
+        assert_eq!((st.len, st.tail_zeros), (len, len - head.len() as u64));
+        assert_eq!(block_counts(s).await, before, "growing wrote blocks");
+        let mut want = head.clone();
+        want.resize(len as usize, 0);
+        assert!(
+            fs.read_file(path).await.unwrap() == want,
+            "read of the hole"
+        );
+        let mut r = fs.open(path).await.unwrap();
+        let mut buf = vec![7u8; 100];
+        r.read_exact_at(head.len() as u64 - 50, &mut buf)
+            .await
+            .unwrap();
+        assert!(
+            buf == want[head.len() - 50..head.len() + 50],
+            "pread across"
+        );
+
+        // fill part of the hole from the data's end: the length stays
+        let fill = data(BLOCK, 42);
+        let mut w = fs.append_to_data(path).await.unwrap();
+        assert_eq!(w.pos(), head.len() as u64);
+        w.write(&fill).await.unwrap();
+        let st = w.close().await.unwrap();
+        assert_eq!(
+            (st.len, st.tail_zeros),
+            (len, len - (head.len() + BLOCK) as u64)
+        );
+        want[head.len()..head.len() + BLOCK].copy_from_slice(&fill);
+        assert!(fs.read_file(path).await.unwrap() == want, "after filling");
+
+        // a writer that ends early but extends the file on close
+        let mut w = fs.append_to_data(path).await.unwrap();
+        w.write(b"xyz").await.unwrap();
+        w.extend_to(len + 10);
+        let st = w.close().await.unwrap();
+        assert_eq!(st.len, len + 10);
+        let at = head.len() + BLOCK;
+        want[at..at + 3].copy_from_slice(b"xyz");
+        want.resize(len as usize + 10, 0);
+        assert!(fs.read_file(path).await.unwrap() == want, "after extend_to");
+
+        // shrink into the hole: the data stays, the hole shortens
+        fs.truncate(path, (at + 4) as u64).await.unwrap();
+        want.truncate(at + 4);
+        assert_eq!(fs.stat(path).await.unwrap().tail_zeros, 1);
+        // a plain append lands at the length: the hole is written out first
+        let mut w = fs.append(path).await.unwrap();
+        w.write(b"end").await.unwrap();
+        let st = w.close().await.unwrap();
+        assert_eq!((st.len, st.tail_zeros), (at as u64 + 7, 0));
+        want.extend_from_slice(b"end");
+        assert!(fs.read_file(path).await.unwrap() == want, "after append");
+        fs.delete(path, false).await.unwrap();
+    });
+}

@@ -289,13 +289,14 @@ fn any_call() -> impl Strategy<Value = Call> {
                     excluded_workers,
                 })
             ),
-        (id.clone(), any_path(), any::<u64>(), caller()).prop_map(
-            |(file_id, path, len, caller)| Call::Complete(CompleteRequest {
+        (id.clone(), any_path(), any::<u64>(), any::<u64>(), caller()).prop_map(
+            |(file_id, path, len, min_len, caller)| Call::Complete(CompleteRequest {
                 file_id,
                 path,
                 len,
                 caller,
                 blocks: vec![],
+                min_len,
             })
         ),
         (any_path(), any_path(), any::<u32>(), caller()).prop_map(|(src, dst, flags, caller)| {

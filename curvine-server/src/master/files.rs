@@ -311,7 +311,7 @@ impl Namespace {
             if len != req.len {
                 debug!(path = %req.path, blocks = len, reported = req.len, "complete: length differs from blocks");
             }
-            ino.len = len;
+            set_data_len(&mut ino, len, req.min_len);
             ino.complete = true;
             ino.appending = false;
             ino.mtime_ms = txn.now;
@@ -337,7 +337,7 @@ impl Namespace {
                     req.path, req.len
                 )));
             }
-            ino.len = len;
+            set_data_len(&mut ino, len, 0);
             ino.appending = true;
             ino.mtime_ms = txn.now;
             txn.put_inode(ino.clone());
@@ -360,7 +360,8 @@ impl Namespace {
                 },
             };
             if ino.appending {
-                ino.len = self.commit_blocks(txn, &mut ino, &[])?;
+                let len = self.commit_blocks(txn, &mut ino, &[])?;
+                set_data_len(&mut ino, len, 0);
                 ino.complete = true;
                 ino.appending = false;
                 txn.del_meta(store::open_key(ino.id));
@@ -464,11 +465,21 @@ impl Namespace {
                 });
             }
             check(c, &ino, 2, &w.path)?;
-            if len > ino.len {
+            if len > MAX_FILE_LEN {
                 return Err(FsError::invalid(format!(
-                    "{}: truncate to {len} would extend the file (length {}); write zeros instead",
-                    w.path, ino.len
+                    "{}: length {len} is past the largest file ({MAX_FILE_LEN})",
+                    w.path
                 )));
+            }
+            let data_len = ino.len - ino.tail_zeros.min(ino.len);
+            if len >= data_len {
+                // Only the hole past the blocks changes: extending writes no zeros.
+                ino.tail_zeros = len - data_len;
+                ino.len = len;
+                ino.mtime_ms = txn.now;
+                ino.ctime_ms = txn.now;
+                txn.put_inode(ino.clone());
+                return Ok(status(&ino, w.path.clone(), w.name.clone()));
             }
             let recs = txn.store.blocks(&ino.blocks)?;
             let mut keep = Vec::new();
@@ -491,10 +502,23 @@ impl Namespace {
             }
             ino.blocks = keep;
             ino.len = len;
+            ino.tail_zeros = 0;
             ino.mtime_ms = txn.now;
             ino.ctime_ms = txn.now;
             txn.put_inode(ino.clone());
             Ok(status(&ino, w.path.clone(), w.name.clone()))
         })
     }
+}
+
+/// Longest file: offsets must fit a signed 64-bit `off_t`.
+pub(super) const MAX_FILE_LEN: u64 = i64::MAX as u64;
+
+/// A writer's blocks now hold `data` bytes. The file keeps the length it had (the rest
+/// is the hole a truncate or fallocate left past the blocks), grows to the data, or to
+/// `min_len` when the writer extended it.
+fn set_data_len(ino: &mut InodeRec, data: u64, min_len: u64) {
+    let len = data.max(ino.len).max(min_len.min(MAX_FILE_LEN));
+    ino.tail_zeros = len - data;
+    ino.len = len;
 }

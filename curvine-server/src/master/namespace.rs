@@ -319,6 +319,7 @@ pub(super) fn status(i: &InodeRec, path: String, name: String) -> FileStatus {
         symlink_target: i.symlink_target.clone(),
         children: i.children,
         rdev: i.rdev,
+        tail_zeros: if is_file(i) { i.tail_zeros } else { 0 },
     }
 }
 

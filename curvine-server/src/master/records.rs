@@ -65,6 +65,10 @@ pub struct InodeRec {
     /// Device files: the device number.
     #[prost(uint32, tag = "23")]
     pub rdev: u32,
+    /// Files: the last `tail_zeros` bytes of `len` lie past the last block (a hole left
+    /// by extending the file); they read as zeros.
+    #[prost(uint64, tag = "24")]
+    pub tail_zeros: u64,
 }
 
 /// Where one replica of a block lives.

@@ -120,6 +120,7 @@ pub(super) fn write_file(ns: &Namespace, path: &str, lens: &[u64]) -> FileStatus
         blocks: prev,
         len: lens.iter().sum(),
         caller: Some(c),
+        min_len: 0,
     })
     .unwrap()
     .0
@@ -477,6 +478,7 @@ fn append_truncate_and_block_deletes() {
         }],
         len: 280,
         caller: Some(c.clone()),
+        min_len: 0,
     })
     .unwrap();
     let (st, blocks) = ns.open("/f", &c).unwrap();
@@ -493,10 +495,19 @@ fn append_truncate_and_block_deletes() {
         after.iter().map(|b| (b.offset, b.len)).collect::<Vec<_>>(),
         vec![(0, 100), (100, 50)]
     );
+    // Growing leaves a hole past the blocks: no block is added, the length is the new
+    // one, and shrinking into the hole keeps the blocks.
+    let st = ns.truncate("/f", 1000, &c).unwrap().0;
+    assert_eq!((st.len, st.tail_zeros), (1000, 850));
+    let st = ns.truncate("/f", 151, &c).unwrap().0;
+    assert_eq!((st.len, st.tail_zeros), (151, 1));
+    assert_eq!(ns.open("/f", &c).unwrap().1, after);
     assert!(matches!(
-        ns.truncate("/f", 151, &c),
+        ns.truncate("/f", u64::MAX, &c),
         Err(FsError::InvalidArgument { .. })
     ));
+    let st = ns.truncate("/f", 150, &c).unwrap().0;
+    assert_eq!((st.len, st.tail_zeros), (150, 0));
     ns.mkdir("/dd", false, 0, &c).unwrap();
     assert!(matches!(
         ns.truncate("/dd", 0, &c),
@@ -553,6 +564,7 @@ fn retried_add_block_drops_the_abandoned_block() {
         }],
         len: 7,
         caller: Some(c.clone()),
+        min_len: 0,
     })
     .unwrap();
     let (st, blocks) = ns.open("/r", &c).unwrap();
