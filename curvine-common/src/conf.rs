@@ -305,6 +305,9 @@ pub struct FuseConf {
     pub negative_ttl: Dur,
     pub max_write: ByteSize,
     pub writeback_cache: bool,
+    /// Keep the kernel's page cache of a file across opens while the master reports
+    /// the file unchanged (length, mtime, ctime) when it is opened for reading.
+    pub keep_cache: bool,
     pub read_only: bool,
     /// Where the mount keeps the content of files being modified in place once it
     /// outgrows memory (unlinked temp files); empty = the system temp dir. A tmpfs
@@ -322,6 +325,7 @@ impl Default for FuseConf {
             negative_ttl: Dur(Duration::from_secs(0)),
             max_write: ByteSize(1 << 20),
             writeback_cache: false,
+            keep_cache: true,
             read_only: false,
             spill_dir: PathBuf::new(),
         }

@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use curvine_client::{CurvineFs, FsWriter};
+use curvine_client::{CurvineFs, FileStatus, FsWriter};
 use curvine_common::FsResult;
 use tracing::debug;
 
@@ -38,6 +38,11 @@ pub struct FileState {
     /// rest stays a hole that reads as zeros (fio lays files out with fallocate, then
     /// writes them).
     zero_tail: u64,
+    /// Streaming into a file that was empty when the stream began: every byte of the
+    /// file comes from this mount's writes (the page cache holds nothing older).
+    fresh: bool,
+    /// The status of the last fresh stream closed, not yet taken by `take_written`.
+    written: Option<FileStatus>,
     spill_dir: PathBuf,
 }
 
@@ -55,6 +60,8 @@ impl FileState {
             gen: 0,
             mtime_ms: 0,
             zero_tail: 0,
+            fresh: false,
+            written: None,
             spill_dir,
         }
     }
@@ -74,6 +81,7 @@ impl FileState {
 
     /// Start streaming with a writer the caller opened (create).
     pub fn start_stream(&mut self, w: FsWriter) {
+        self.fresh = w.status().len == 0;
         self.content = Content::Streaming(Box::new(w));
         self.zero_tail = 0;
         self.mtime_ms = now_ms();
@@ -88,6 +96,7 @@ impl FileState {
         data: &[u8],
     ) -> FsResult<()> {
         self.mtime_ms = now_ms();
+        self.written = None; // a closed fresh stream is no longer the whole story
         loop {
             match &mut self.content {
                 Content::Streaming(w) => {
@@ -112,6 +121,7 @@ impl FileState {
                         self.zero_tail = len;
                     } else {
                         debug!(path, off, len, "overwrite: loading the content");
+                        self.fresh = false;
                         let d = DirtyBuf::load(fs, path, self.spill_dir.clone()).await?;
                         self.content = Content::Dirty(d);
                     }
@@ -135,6 +145,7 @@ impl FileState {
     /// Set the file's length (truncate or extend with zeros).
     pub async fn set_len(&mut self, fs: &CurvineFs, path: &str, len: u64) -> FsResult<()> {
         self.mtime_ms = now_ms();
+        self.written = None;
         loop {
             match &mut self.content {
                 Content::Dirty(d) => return d.set_len(len),
@@ -143,6 +154,7 @@ impl FileState {
                         self.zero_tail = len;
                         return Ok(());
                     }
+                    self.fresh = false;
                     self.close_stream().await?;
                 }
                 Content::Clean => {
@@ -157,6 +169,12 @@ impl FileState {
                 }
             }
         }
+    }
+
+    /// The status Curvine reported when a stream that wrote the whole file closed: the
+    /// page cache then matches that version of the file.
+    pub fn take_written(&mut self) -> Option<FileStatus> {
+        self.written.take()
     }
 
     /// Make Curvine's copy current (flush, fsync, close).
@@ -178,7 +196,12 @@ impl FileState {
             // a length set past the writer stays a hole of zeros
             w.extend_to(self.zero_tail);
             self.zero_tail = 0;
-            let res = w.close().await.map(|_| ());
+            let fresh = std::mem::take(&mut self.fresh);
+            let res = w.close().await.map(|st| {
+                if fresh {
+                    self.written = Some(st);
+                }
+            });
             // a failed writer is not retried: its error is the result of this flush
             self.content = Content::Clean;
             self.gen += 1;

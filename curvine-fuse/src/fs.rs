@@ -33,11 +33,35 @@ pub struct MountOptions {
     pub negative_ttl: Duration,
     pub max_write: u32,
     pub writeback_cache: bool,
+    /// Keep the page cache across opens of an unchanged file (`fuse.keep_cache`).
+    pub keep_cache: bool,
     /// Where large dirty files spill (unlinked temp files).
     pub spill_dir: PathBuf,
 }
 
 type StateRef = Arc<RwLock<FileState>>;
+
+/// What identifies a version of a file's content for the page cache: the master
+/// changes at least one of these with every change of the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Version {
+    len: u64,
+    mtime_ms: i64,
+    ctime_ms: i64,
+}
+
+impl Version {
+    fn of(st: &FileStatus) -> Version {
+        Version {
+            len: st.len,
+            mtime_ms: st.mtime_ms,
+            ctime_ms: st.ctime_ms,
+        }
+    }
+}
+
+/// `open` reply flag: keep the file's pages in the kernel's cache.
+pub(crate) const FOPEN_KEEP_CACHE: u32 = 1 << 1;
 
 struct Slot {
     state: StateRef,
@@ -111,6 +135,9 @@ pub struct CurvineFuse {
     /// were moved to, deleted by the last release.
     hidden: Mutex<HashMap<u64, String>>,
     next_fh: AtomicU64,
+    /// Files whose kernel page cache matches a known version of the file: the version
+    /// this mount last opened for reading, or wrote in whole (`fuse.keep_cache`).
+    cached: Mutex<HashMap<u64, Version>>,
     /// Reply buffers of large reads.
     bufs: Arc<BufPool>,
 }
@@ -136,6 +163,7 @@ impl CurvineFuse {
                 handles: Mutex::new(HashMap::new()),
                 dirs: Mutex::new(HashMap::new()),
                 hidden: Mutex::new(HashMap::new()),
+                cached: Mutex::new(HashMap::new()),
                 next_fh: AtomicU64::new(1),
                 bufs: Arc::new(BufPool::default()),
             })
@@ -285,7 +313,8 @@ impl CurvineFuse {
     // ---------- data operations ----------
 
     /// Open `ino` (a regular file) with open(2) `flags`; returns the handle.
-    pub(crate) async fn open_file(&self, ino: u64, flags: u32) -> Result<u64> {
+    /// Open `ino`; returns the handle and the `open` reply flags.
+    pub(crate) async fn open_file(&self, ino: u64, flags: u32) -> Result<(u64, u32)> {
         let acc = flags as i32 & libc::O_ACCMODE;
         let writable = acc != libc::O_RDONLY;
         if writable {
@@ -293,14 +322,56 @@ impl CurvineFuse {
         }
         let path = self.path_of(ino)?;
         let state = self.open_state(ino);
-        if writable && flags as i32 & libc::O_TRUNC != 0 {
-            let res = state.write().await.set_len(&self.fs, &path, 0).await;
-            if let Err(e) = res {
+        if writable {
+            // the kernel drops the file's pages at this open (no keep-cache flag)
+            self.forget_cached(ino);
+            if flags as i32 & libc::O_TRUNC != 0 {
+                let res = state.write().await.set_len(&self.fs, &path, 0).await;
+                if let Err(e) = res {
+                    self.close_state(ino).await;
+                    return Err(errno(&e));
+                }
+            }
+            return Ok((self.new_handle(ino, true), 0));
+        }
+        let gen = {
+            let s = state.read().await;
+            (self.opts.keep_cache && s.is_clean()).then_some(s.gen)
+        };
+        let Some(gen) = gen else {
+            self.forget_cached(ino);
+            return Ok((self.new_handle(ino, false), 0));
+        };
+        // Close-to-open: the master's status decides whether the cached pages are
+        // still this file's. The reader is the one the first read would open anyway.
+        let reader = match self.fs.open(&path).await {
+            Ok(r) => r,
+            Err(err) => {
                 self.close_state(ino).await;
-                return Err(errno(&e));
+                return Err(errno(&err));
+            }
+        };
+        let now = Version::of(reader.status());
+        let keep = lock(&self.cached).insert(ino, now) == Some(now);
+        let fh = self.new_handle(ino, false);
+        let h = self.handle(fh)?;
+        let bs = reader.status().block_size;
+        h.block_size.store(bs, Ordering::Relaxed);
+        *h.lane(0, gen).reader.lock().await = Some(reader);
+        Ok((fh, if keep { FOPEN_KEEP_CACHE } else { 0 }))
+    }
+
+    fn forget_cached(&self, ino: u64) {
+        lock(&self.cached).remove(&ino);
+    }
+
+    /// After a stream that wrote all of `ino` closed, its pages are that version.
+    fn note_written(&self, ino: u64, s: &mut FileState) {
+        if let Some(st) = s.take_written() {
+            if self.opts.keep_cache && self.inodes.ino_of(st.id) == ino {
+                lock(&self.cached).insert(ino, Version::of(&st));
             }
         }
-        Ok(self.new_handle(ino, writable))
     }
 
     pub(crate) async fn read(&self, ino: u64, fh: u64, off: u64, size: u32) -> Result<Bytes> {
@@ -359,6 +430,7 @@ impl CurvineFuse {
         let path = self.path_of(ino)?;
         let state = self.state(ino).ok_or_else(|| Errno::from(libc::EBADF))?;
         let mut s = state.write().await;
+        self.forget_cached(ino);
         s.write(&self.fs, &path, off, data).await.map_err(|e| {
             warn!(path, off, len = data.len(), error = %e, "write failed");
             errno(&e)
@@ -372,14 +444,18 @@ impl CurvineFuse {
             return Ok(());
         };
         if state.read().await.is_clean() {
+            // a read may have closed the stream already
+            self.note_written(ino, &mut *state.write().await);
             return Ok(());
         }
         let path = self.path_of(ino)?;
         let mut s = state.write().await;
-        s.flush(&self.fs, &path).await.map_err(|e| {
+        let res = s.flush(&self.fs, &path).await.map_err(|e| {
             warn!(path, error = %e, "flush failed");
             errno(&e)
-        })
+        });
+        self.note_written(ino, &mut s);
+        res
     }
 
     pub(crate) async fn flush_handle(&self, ino: u64, fh: u64) -> Result<()> {
@@ -503,6 +579,7 @@ impl CurvineFuse {
         self.check_writable()?;
         let path = self.path_of(ino)?;
         let state = self.open_state(ino);
+        self.forget_cached(ino);
         let res = state.write().await.set_len(&self.fs, &path, len).await;
         self.close_state(ino).await;
         res.map_err(|e| errno(&e))

@@ -28,6 +28,7 @@ impl MountOptions {
             negative_ttl: c.negative_ttl.get(),
             max_write: c.max_write.0.clamp(4096, 1 << 20) as u32,
             writeback_cache: c.writeback_cache,
+            keep_cache: c.keep_cache,
             spill_dir,
         }
     }

@@ -315,8 +315,8 @@ impl Filesystem for CurvineFuse {
     }
 
     async fn open(&self, _req: Request, inode: Inode, flags: u32) -> Result<ReplyOpen> {
-        let fh = self.open_file(inode, flags).await?;
-        Ok(ReplyOpen { fh, flags: 0 })
+        let (fh, flags) = self.open_file(inode, flags).await?;
+        Ok(ReplyOpen { fh, flags })
     }
 
     async fn read(
@@ -637,8 +637,8 @@ impl Filesystem for CurvineFuse {
                     return Err(Errno::from(libc::EISDIR));
                 }
                 let entry = self.entry(&st, &path).await;
-                let fh = match self.open_file(entry.attr.ino, flags).await {
-                    Ok(fh) => fh,
+                let (fh, open_flags) = match self.open_file(entry.attr.ino, flags).await {
+                    Ok(r) => r,
                     Err(err) => {
                         self.inodes.forget(entry.attr.ino, 1);
                         return Err(err);
@@ -650,7 +650,7 @@ impl Filesystem for CurvineFuse {
                     attr,
                     generation: 0,
                     fh,
-                    flags: 0,
+                    flags: open_flags,
                 })
             }
             Err(err) => Err(e(err)),
