@@ -555,8 +555,8 @@ impl CurvineFs {
         file_id: u64,
         path: &str,
         blocks: Vec<proto::CommittedBlock>,
-        len: u64,
-        min_len: u64,
+        (len, min_len): (u64, u64),
+        mtime_ms: i64,
     ) -> FsResult<FileStatus> {
         let req = proto::CompleteRequest {
             file_id,
@@ -565,6 +565,7 @@ impl CurvineFs {
             len,
             caller: self.caller(),
             min_len,
+            mtime_ms,
         };
         let r = rpc!(self, "complete", Mutation, req).await?;
         status_of(r.status, "complete")

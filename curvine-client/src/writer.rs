@@ -59,6 +59,8 @@ pub struct FsWriter {
     synced: Option<u64>,
     /// The file is at least this long once closed (`extend_to`).
     min_len: u64,
+    /// The mtime to close with (`set_mtime`); 0 = the time of the close.
+    mtime_ms: i64,
     _lease: LeaseGuard,
 }
 
@@ -97,6 +99,7 @@ impl FsWriter {
             no_worker_waits: 0,
             synced: None,
             min_len: 0,
+            mtime_ms: 0,
             _lease: lease,
             status,
             fs,
@@ -117,6 +120,12 @@ impl FsWriter {
     /// being written), unless later writes get there first.
     pub fn extend_to(&mut self, len: u64) {
         self.min_len = self.min_len.max(len);
+    }
+
+    /// Close with this mtime (ms since the epoch) instead of the time of the close: when
+    /// the writes actually happened (a mount reports that time while it writes).
+    pub fn set_mtime(&mut self, mtime_ms: i64) {
+        self.mtime_ms = mtime_ms;
     }
 
     /// The status the master returned at create/append.
@@ -257,7 +266,13 @@ impl FsWriter {
             self.finish_block().await?;
             let blocks = std::mem::take(&mut self.committed);
             self.fs
-                .complete(self.status.id, &self.path, blocks, self.pos, self.min_len)
+                .complete(
+                    self.status.id,
+                    &self.path,
+                    blocks,
+                    (self.pos, self.min_len),
+                    self.mtime_ms,
+                )
                 .await
         }
         .await;

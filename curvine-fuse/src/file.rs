@@ -195,6 +195,9 @@ impl FileState {
         if let Content::Streaming(w) = &mut self.content {
             // a length set past the writer stays a hole of zeros
             w.extend_to(self.zero_tail);
+            // the mtime this mount reported while writing stays the file's (the kernel
+            // would drop the pages it kept if the mtime changed at close)
+            w.set_mtime(self.mtime_ms);
             self.zero_tail = 0;
             let fresh = std::mem::take(&mut self.fresh);
             let res = w.close().await.map(|st| {

@@ -54,7 +54,12 @@ fn kept_pages_follow_changes_made_elsewhere() {
     let cvp = format!("{cv}/f");
     let ino = |p: &Path| fs::metadata(p).unwrap().ino();
     let v1 = data(1 << 20, 21);
-    fs::write(&p, &v1).unwrap();
+    let mut f = File::create(&p).unwrap();
+    f.write_all(&v1).unwrap();
+    let written = f.metadata().unwrap().modified().unwrap();
+    drop(f);
+    // the mtime of the last write stays the file's after close (kept pages survive it)
+    assert_eq!(fs::metadata(&p).unwrap().modified().unwrap(), written);
     let first = ino(&p);
     for round in 0..3u64 {
         // read it twice: the second open may keep the pages of the first

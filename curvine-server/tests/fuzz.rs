@@ -289,14 +289,15 @@ fn any_call() -> impl Strategy<Value = Call> {
                     excluded_workers,
                 })
             ),
-        (id.clone(), any_path(), any::<u64>(), any::<u64>(), caller()).prop_map(
-            |(file_id, path, len, min_len, caller)| Call::Complete(CompleteRequest {
+        (id.clone(), any_path(), any::<(u64, u64, i64)>(), caller()).prop_map(
+            |(file_id, path, (len, min_len, mtime_ms), caller)| Call::Complete(CompleteRequest {
                 file_id,
                 path,
                 len,
                 caller,
                 blocks: vec![],
                 min_len,
+                mtime_ms,
             })
         ),
         (any_path(), any_path(), any::<u32>(), caller()).prop_map(|(src, dst, flags, caller)| {

@@ -314,7 +314,11 @@ impl Namespace {
             set_data_len(&mut ino, len, req.min_len);
             ino.complete = true;
             ino.appending = false;
-            ino.mtime_ms = txn.now;
+            ino.mtime_ms = if req.mtime_ms > 0 {
+                req.mtime_ms.min(txn.now)
+            } else {
+                txn.now
+            };
             ino.ctime_ms = txn.now;
             txn.del_meta(store::open_key(ino.id));
             txn.releases.push(ino.id);

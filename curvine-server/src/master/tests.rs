@@ -121,6 +121,7 @@ pub(super) fn write_file(ns: &Namespace, path: &str, lens: &[u64]) -> FileStatus
         len: lens.iter().sum(),
         caller: Some(c),
         min_len: 0,
+        mtime_ms: 0,
     })
     .unwrap()
     .0
@@ -479,6 +480,7 @@ fn append_truncate_and_block_deletes() {
         len: 280,
         caller: Some(c.clone()),
         min_len: 0,
+        mtime_ms: 0,
     })
     .unwrap();
     let (st, blocks) = ns.open("/f", &c).unwrap();
@@ -565,6 +567,7 @@ fn retried_add_block_drops_the_abandoned_block() {
         len: 7,
         caller: Some(c.clone()),
         min_len: 0,
+        mtime_ms: 0,
     })
     .unwrap();
     let (st, blocks) = ns.open("/r", &c).unwrap();
@@ -747,4 +750,30 @@ fn ns_throughput() {
         stat(&ns, &format!("/b/f{}", i % n)).unwrap();
     }
     println!("stat: {:.0}/s", (n * 5) as f64 / t0.elapsed().as_secs_f64());
+}
+
+/// complete takes the writer's mtime (when its writes happened), never a future one.
+#[test]
+fn complete_keeps_the_writers_mtime() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let c = root();
+    let now_ms = curvine_common::types::now_ms;
+    let done = |path: &str, mtime_ms: i64| {
+        let (st, _) = ns.create(&create_req(path, &c)).unwrap();
+        ns.complete(&CompleteRequest {
+            file_id: st.id,
+            path: path.into(),
+            caller: Some(c.clone()),
+            mtime_ms,
+            ..Default::default()
+        })
+        .unwrap()
+        .0
+    };
+    assert_eq!(done("/past", 1_000).mtime_ms, 1_000);
+    let before = now_ms();
+    let future = done("/future", i64::MAX).mtime_ms;
+    assert!(future >= before && future <= now_ms(), "{future}");
+    assert!(done("/now", 0).mtime_ms >= before);
 }

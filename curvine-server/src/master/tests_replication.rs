@@ -53,6 +53,7 @@ fn two_replica_file(ns: &Namespace, path: &str) -> (u64, Vec<u32>) {
         len: 1000,
         caller: Some(c),
         min_len: 0,
+        mtime_ms: 0,
     })
     .unwrap();
     (b.block_id, ws)
@@ -89,6 +90,7 @@ fn complete_refuses_a_block_with_too_few_replicas() {
             len: 10,
             caller: Some(c),
             min_len: 0,
+            mtime_ms: 0,
         })
         .unwrap_err();
     assert!(
