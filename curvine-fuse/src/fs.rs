@@ -365,6 +365,14 @@ impl CurvineFuse {
         lock(&self.cached).remove(&ino);
     }
 
+    /// The kernel dropped `n` references to `ino`; with the last one its pages are gone
+    /// too, and so is the record of their version.
+    pub(crate) fn forget_inode(&self, ino: u64, n: u64) {
+        if self.inodes.forget(ino, n) {
+            self.forget_cached(ino);
+        }
+    }
+
     /// After a stream that wrote all of `ino` closed, its pages are that version.
     fn note_written(&self, ino: u64, s: &mut FileState) {
         if let Some(st) = s.take_written() {

@@ -101,8 +101,8 @@ impl InodeTable {
         m.by_path.insert(path.to_string(), ino);
     }
 
-    /// The kernel dropped `n` references.
-    pub fn forget(&self, ino: u64, n: u64) {
+    /// The kernel dropped `n` references; true when it holds none any more.
+    pub fn forget(&self, ino: u64, n: u64) -> bool {
         let mut m = self.lock();
         let gone = match m.by_ino.get_mut(&ino) {
             Some(e) => {
@@ -120,6 +120,7 @@ impl InodeTable {
                 }
             }
         }
+        gone
     }
 
     /// The inode known at `path`, if any.

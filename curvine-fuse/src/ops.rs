@@ -74,12 +74,12 @@ impl Filesystem for CurvineFuse {
     }
 
     async fn forget(&self, _req: Request, inode: Inode, nlookup: u64) {
-        self.inodes.forget(inode, nlookup);
+        self.forget_inode(inode, nlookup);
     }
 
     async fn batch_forget(&self, _req: Request, inodes: &[(Inode, u64)]) {
         for (ino, n) in inodes {
-            self.inodes.forget(*ino, *n);
+            self.forget_inode(*ino, *n);
         }
     }
 
@@ -640,7 +640,7 @@ impl Filesystem for CurvineFuse {
                 let (fh, open_flags) = match self.open_file(entry.attr.ino, flags).await {
                     Ok(r) => r,
                     Err(err) => {
-                        self.inodes.forget(entry.attr.ino, 1);
+                        self.forget_inode(entry.attr.ino, 1);
                         return Err(err);
                     }
                 };
