@@ -46,10 +46,15 @@ pub fn to_attr(st: &FileStatus, ino: u64) -> FileAttr {
         FileType::Directory => st.nlink.max(2),
         _ => st.nlink.max(1),
     };
+    // space in use: a hole past the data takes none (du shows what is stored)
+    let stored = match kind {
+        FileType::RegularFile => size - st.tail_zeros.min(size),
+        _ => size,
+    };
     FileAttr {
         ino,
         size,
-        blocks: size.div_ceil(512),
+        blocks: stored.div_ceil(512),
         atime: ts(st.atime_ms),
         mtime: ts(st.mtime_ms),
         ctime: ts(st.ctime_ms),
@@ -134,6 +139,14 @@ mod tests {
         assert_eq!(a.size, 1000);
         assert_eq!(a.blocks, 2);
         assert_eq!(a.perm, 0o4755);
+        // a hole past the data takes no blocks
+        let sparse = FileStatus {
+            len: 1 << 30,
+            tail_zeros: (1 << 30) - 1000,
+            ..st.clone()
+        };
+        assert_eq!(to_attr(&sparse, 9).size, 1 << 30);
+        assert_eq!(to_attr(&sparse, 9).blocks, 2);
         let d = FileStatus {
             file_type: CvType::Dir as i32,
             ..st
