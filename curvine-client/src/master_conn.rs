@@ -100,19 +100,8 @@ impl Conn {
         let hello = rpc::hello(token)?;
         let stream = crate::pool::connect("master", hostport, timeout).await?;
         let (mut rd, mut wr) = stream.into_split();
-        match tokio::time::timeout(timeout, wr.write_all(&hello)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                return Err(FsError::Unavailable {
-                    message: format!("hello to master {addr}: {e}"),
-                })
-            }
-            Err(_) => {
-                return Err(FsError::Timeout {
-                    message: format!("hello to master {addr} ({timeout:?})"),
-                })
-            }
-        }
+        let what = format!("hello to master {addr}");
+        crate::pool::timed(&what, timeout, wr.write_all(&hello)).await?;
         let wr = Arc::new(wr);
         let shared = Arc::new(Shared {
             pending: Mutex::new(Some(HashMap::new())),

@@ -180,23 +180,30 @@ impl WorkerPool {
 /// A TCP connection to `addr` with TCP_NODELAY, made within `timeout`; `what` names the
 /// peer in errors. Any error means nothing was sent.
 pub(crate) async fn connect(what: &str, addr: &str, timeout: Duration) -> FsResult<TcpStream> {
-    let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            return Err(FsError::Unavailable {
-                message: format!("connect to {what} {addr}: {e}"),
-            })
-        }
-        Err(_) => {
-            return Err(FsError::Timeout {
-                message: format!("connect to {what} {addr} ({timeout:?})"),
-            })
-        }
-    };
+    let what = format!("connect to {what} {addr}");
+    let stream = timed(&what, timeout, TcpStream::connect(addr)).await?;
     stream
         .set_nodelay(true)
-        .map_err(|e| FsError::io_ctx(format!("{what} {addr}: set TCP_NODELAY"), e))?;
+        .map_err(|e| FsError::io_ctx(format!("{what}: set TCP_NODELAY"), e))?;
     Ok(stream)
+}
+
+/// Run the network step `what` within `timeout`: an I/O error is `Unavailable` (the
+/// peer is unreachable or went away), running out of time is `Timeout`.
+pub(crate) async fn timed<T>(
+    what: &str,
+    timeout: Duration,
+    step: impl std::future::Future<Output = std::io::Result<T>>,
+) -> FsResult<T> {
+    match tokio::time::timeout(timeout, step).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(FsError::Unavailable {
+            message: format!("{what}: {e}"),
+        }),
+        Err(_) => Err(FsError::Timeout {
+            message: format!("{what} ({timeout:?})"),
+        }),
+    }
 }
 
 #[cfg(test)]
