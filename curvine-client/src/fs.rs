@@ -40,9 +40,6 @@ pub(crate) struct Inner {
     _shutdown: watch::Sender<()>,
 }
 
-/// Zeros for filling holes.
-static ZEROS: [u8; 64 << 10] = [0u8; 64 << 10];
-
 /// A connection to a Curvine cluster.
 #[derive(Clone)]
 pub struct CurvineFs {
@@ -237,12 +234,7 @@ impl CurvineFs {
     /// written out as zeros first, so the new bytes land at the file's length.
     pub async fn append(&self, path: &str) -> FsResult<FsWriter> {
         let mut w = self.append_to_data(path).await?;
-        let mut hole = w.status().tail_zeros;
-        while hole > 0 {
-            let n = hole.min(ZEROS.len() as u64) as usize;
-            w.write(&ZEROS[..n]).await?;
-            hole -= n as u64;
-        }
+        w.write_zeros(w.status().tail_zeros).await?;
         Ok(w)
     }
 

@@ -164,6 +164,17 @@ impl FsWriter {
         e
     }
 
+    /// Write `n` zero bytes (fill a gap).
+    pub async fn write_zeros(&mut self, mut n: u64) -> FsResult<()> {
+        static ZEROS: [u8; 64 << 10] = [0u8; 64 << 10];
+        while n > 0 {
+            let k = n.min(ZEROS.len() as u64) as usize;
+            self.write(&ZEROS[..k]).await?;
+            n -= k as u64;
+        }
+        Ok(())
+    }
+
     pub async fn write(&mut self, data: &[u8]) -> FsResult<()> {
         self.check()?;
         match self.write_inner(data).await {

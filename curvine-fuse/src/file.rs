@@ -19,8 +19,6 @@ use tracing::debug;
 
 use crate::dirty::DirtyBuf;
 
-static ZEROS: [u8; 64 << 10] = [0u8; 64 << 10];
-
 pub enum Content {
     Clean,
     Streaming(Box<FsWriter>),
@@ -102,7 +100,7 @@ impl FileState {
                 Content::Streaming(w) => {
                     let pos = w.pos();
                     if off >= pos {
-                        write_zeros(w, off - pos).await?;
+                        w.write_zeros(off - pos).await?;
                         return w.write(data).await;
                     }
                     // an overwrite: finish the stream, then edit the content
@@ -212,13 +210,4 @@ impl FileState {
         }
         Ok(())
     }
-}
-
-async fn write_zeros(w: &mut FsWriter, mut n: u64) -> FsResult<()> {
-    while n > 0 {
-        let k = n.min(ZEROS.len() as u64) as usize;
-        w.write(&ZEROS[..k]).await?;
-        n -= k as u64;
-    }
-    Ok(())
 }
