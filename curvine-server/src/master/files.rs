@@ -479,34 +479,11 @@ impl Namespace {
             if len >= data_len {
                 // Only the hole past the blocks changes: extending writes no zeros.
                 ino.tail_zeros = len - data_len;
-                ino.len = len;
-                ino.mtime_ms = txn.now;
-                ino.ctime_ms = txn.now;
-                txn.put_inode(ino.clone());
-                return Ok(status(&ino, w.path.clone(), w.name.clone()));
+            } else {
+                trim_blocks(txn, &mut ino, len)?;
+                ino.tail_zeros = 0;
             }
-            let recs = txn.store.blocks(&ino.blocks)?;
-            let mut keep = Vec::new();
-            let mut offset = 0u64;
-            for rec in recs.into_iter().flatten() {
-                if offset >= len {
-                    txn.drop_block(&rec);
-                    continue;
-                }
-                if offset + rec.len > len {
-                    let mut r = rec.clone();
-                    r.len = len - offset;
-                    offset += r.len;
-                    keep.push(r.id);
-                    txn.put_block(r);
-                    continue;
-                }
-                offset += rec.len;
-                keep.push(rec.id);
-            }
-            ino.blocks = keep;
             ino.len = len;
-            ino.tail_zeros = 0;
             ino.mtime_ms = txn.now;
             ino.ctime_ms = txn.now;
             txn.put_inode(ino.clone());
@@ -525,4 +502,30 @@ fn set_data_len(ino: &mut InodeRec, data: u64, min_len: u64) {
     let len = data.max(ino.len).max(min_len.min(MAX_FILE_LEN));
     ino.tail_zeros = len - data;
     ino.len = len;
+}
+
+/// Keep the first `len` bytes of `ino`'s blocks (the last one shortened); the
+/// blocks past them are dropped.
+fn trim_blocks(txn: &mut Txn<'_>, ino: &mut InodeRec, len: u64) -> FsResult<()> {
+    let recs = txn.store.blocks(&ino.blocks)?;
+    let mut keep = Vec::new();
+    let mut offset = 0u64;
+    for rec in recs.into_iter().flatten() {
+        if offset >= len {
+            txn.drop_block(&rec);
+            continue;
+        }
+        if offset + rec.len > len {
+            let mut r = rec.clone();
+            r.len = len - offset;
+            offset += r.len;
+            keep.push(r.id);
+            txn.put_block(r);
+            continue;
+        }
+        offset += rec.len;
+        keep.push(rec.id);
+    }
+    ino.blocks = keep;
+    Ok(())
 }
