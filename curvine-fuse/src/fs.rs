@@ -438,7 +438,11 @@ impl CurvineFuse {
         let path = self.path_of(ino)?;
         let state = self.state(ino).ok_or_else(|| Errno::from(libc::EBADF))?;
         let mut s = state.write().await;
-        self.forget_cached(ino);
+        if s.is_clean() {
+            // the first write since Curvine's copy was current; later ones find the
+            // record gone already (a record is only made while the state is clean)
+            self.forget_cached(ino);
+        }
         s.write(&self.fs, &path, off, data).await.map_err(|e| {
             warn!(path, off, len = data.len(), error = %e, "write failed");
             errno(&e)
