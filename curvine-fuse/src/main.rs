@@ -93,9 +93,8 @@ async fn run(args: Args, conf: ClusterConf) -> anyhow::Result<()> {
             fuse_conf.spill_dir.clone()
         }
     });
-    if let Err(e) = std::fs::create_dir_all(&spill) {
-        warn!(dir = %spill.display(), error = %e, "cannot create the spill directory");
-    }
+    std::fs::create_dir_all(&spill)
+        .with_context(|| format!("create the spill directory {}", spill.display()))?;
     let opts = MountOptions::from_conf(&fuse_conf, spill);
 
     let mnt = curvine_fuse::prepare_mount_point(&mnt)?;
