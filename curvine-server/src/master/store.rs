@@ -91,6 +91,9 @@ impl Store {
         table.set_block_cache(&block_cache);
         table.set_cache_index_and_filter_blocks(true);
         table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+        // Lookups are point gets: a bloom filter per table lets a get skip the tables
+        // that cannot hold its key (every table but one, or all for a new name).
+        table.set_bloom_filter(10.0, false);
         let cfs = [CF_INODES, CF_EDGES, CF_BLOCKS, CF_WORKER_BLOCKS, CF_META]
             .into_iter()
             .map(|n| {
