@@ -75,13 +75,22 @@ pub(crate) fn norm(path: &str) -> FsResult<String> {
 impl CurvineFs {
     /// Connect to the cluster's master (the first reachable of `client.master_addrs`).
     pub async fn connect(conf: ClusterConf) -> FsResult<CurvineFs> {
-        let master = MasterClient::connect(&conf.client, &conf.cluster.auth_token).await?;
+        let master = MasterClient::connect(
+            &conf.client,
+            &conf.cluster.auth_token,
+            &conf.master.local_socket,
+        )
+        .await?;
         Ok(Self::with_master(conf, master))
     }
 
     /// A handle whose master channel connects on first use (no I/O here).
     pub fn connect_lazy(conf: ClusterConf) -> FsResult<CurvineFs> {
-        let master = MasterClient::lazy(&conf.client, &conf.cluster.auth_token)?;
+        let master = MasterClient::lazy(
+            &conf.client,
+            &conf.cluster.auth_token,
+            &conf.master.local_socket,
+        )?;
         Ok(Self::with_master(conf, master))
     }
 

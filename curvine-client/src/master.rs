@@ -2,6 +2,7 @@
 //! shared by every call, per-call timeouts, retries of idempotent calls and failover
 //! across `client.master_addrs` on `Unavailable` / `NotLeader`.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -34,16 +35,23 @@ pub(crate) struct MasterClient {
     rpc_timeout: Duration,
     retry: RetryPolicy,
     token: String,
+    /// The master's Unix socket, for a master on this host.
+    local_socket: Option<PathBuf>,
 }
 
 impl MasterClient {
     /// Connect to the first reachable master in `conf.master_addrs`; fails with
     /// `Unavailable` (or `Timeout`) within `connect_timeout` per address.
-    pub(crate) async fn connect(conf: &ClientConf, auth_token: &str) -> FsResult<MasterClient> {
-        let client = Self::lazy(conf, auth_token)?;
+    pub(crate) async fn connect(
+        conf: &ClientConf,
+        auth_token: &str,
+        local_socket: &Path,
+    ) -> FsResult<MasterClient> {
+        let client = Self::lazy(conf, auth_token, local_socket)?;
         let mut last = None;
         for (i, addr) in client.addrs.iter().enumerate() {
-            match Conn::open(addr, &client.token, client.connect_timeout).await {
+            let local = client.local_socket.as_deref();
+            match Conn::open(addr, &client.token, client.connect_timeout, local).await {
                 Ok(conn) => {
                     info!(master = %addr, "connected to master");
                     *client.lock() = (i, Some(Arc::new(conn)));
@@ -64,8 +72,13 @@ impl MasterClient {
         })
     }
 
-    /// A client that connects on first use (no network I/O here).
-    pub(crate) fn lazy(conf: &ClientConf, auth_token: &str) -> FsResult<MasterClient> {
+    /// A client that connects on first use (no network I/O here). `local_socket` (empty
+    /// = none) is the master's Unix socket, used when a master address is a loopback one.
+    pub(crate) fn lazy(
+        conf: &ClientConf,
+        auth_token: &str,
+        local_socket: &Path,
+    ) -> FsResult<MasterClient> {
         if conf.master_addrs.is_empty() {
             return Err(FsError::config("client.master_addrs must not be empty"));
         }
@@ -86,6 +99,7 @@ impl MasterClient {
                 backoff: conf.retry_backoff.get(),
             },
             token: auth_token.to_string(),
+            local_socket: Some(local_socket.to_path_buf()).filter(|p| !p.as_os_str().is_empty()),
         })
     }
 
@@ -108,7 +122,9 @@ impl MasterClient {
             return Ok(c);
         }
         let idx = self.lock().0;
-        let conn = Arc::new(Conn::open(&self.addrs[idx], &self.token, self.connect_timeout).await?);
+        let local = self.local_socket.as_deref();
+        let conn =
+            Arc::new(Conn::open(&self.addrs[idx], &self.token, self.connect_timeout, local).await?);
         let mut cur = self.lock();
         if cur.0 == idx {
             cur.1 = Some(conn.clone());
@@ -247,7 +263,8 @@ mod tests {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         }; // closed again: connections are refused
-        let client = MasterClient::lazy(&conf(format!("127.0.0.1:{port}")), "").unwrap();
+        let client =
+            MasterClient::lazy(&conf(format!("127.0.0.1:{port}")), "", Path::new("")).unwrap();
         let err = client
             .call("mkdir", CallKind::Mutation, MkdirRequest::default())
             .await
@@ -256,7 +273,7 @@ mod tests {
 
         // a server that reads the request, then hangs up: it may have applied it
         let (addr, accepted) = broken_master(false).await;
-        let client = MasterClient::lazy(&conf(addr.to_string()), "").unwrap();
+        let client = MasterClient::lazy(&conf(addr.to_string()), "", Path::new("")).unwrap();
         let _ = client
             .call("mkdir", CallKind::Mutation, MkdirRequest::default())
             .await
@@ -282,7 +299,7 @@ mod tests {
     #[tokio::test]
     async fn goaway_makes_unapplied_mutations_retry() {
         let (addr, accepted) = broken_master(true).await;
-        let client = MasterClient::lazy(&conf(addr.to_string()), "").unwrap();
+        let client = MasterClient::lazy(&conf(addr.to_string()), "", Path::new("")).unwrap();
         let err = client
             .call("mkdir", CallKind::Mutation, MkdirRequest::default())
             .await

@@ -4,6 +4,7 @@
 //! hands each reply to its caller.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,8 +13,8 @@ use bytes::{Buf, BytesMut};
 use curvine_common::rpc::{self, MasterRpc, Reply};
 use curvine_common::{FsError, FsResult};
 use prost::Message;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
 use tokio::sync::{oneshot, Notify};
 use tracing::debug;
 
@@ -69,12 +70,47 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The write side of the connection: TCP, or the master's Unix socket on this host.
+enum WriteHalf {
+    Tcp(tokio::net::tcp::OwnedWriteHalf),
+    Unix(tokio::net::unix::OwnedWriteHalf),
+}
+
+impl WriteHalf {
+    async fn writable(&self) -> std::io::Result<()> {
+        match self {
+            WriteHalf::Tcp(w) => w.writable().await,
+            WriteHalf::Unix(w) => w.writable().await,
+        }
+    }
+
+    fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            WriteHalf::Tcp(w) => w.try_write(buf),
+            WriteHalf::Unix(w) => w.try_write(buf),
+        }
+    }
+}
+
+/// Whether `hostport` names this host's loopback interface.
+fn is_loopback(hostport: &str) -> bool {
+    let host = match hostport.rsplit_once(':') {
+        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => hostport,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 pub(crate) struct Conn {
     addr: String,
     /// Bytes of requests not yet written (callers write directly while this is empty;
     /// the writer task drains it when the socket was full).
     out: Arc<Mutex<BytesMut>>,
-    wr: Arc<OwnedWriteHalf>,
+    wr: Arc<WriteHalf>,
     wake_writer: Arc<Notify>,
     next_id: AtomicU64,
     shared: Arc<Shared>,
@@ -90,18 +126,46 @@ impl Drop for Conn {
 
 impl Conn {
     /// Connect to `addr` (`host:port`, an `http://` prefix is ignored) and say hello.
-    /// Any error here means no request was sent.
-    pub(crate) async fn open(addr: &str, token: &str, timeout: Duration) -> FsResult<Conn> {
+    /// When `addr` is a loopback address and `local_socket` is given, the master's Unix
+    /// socket is tried first (TCP if it cannot be reached). Any error here means no
+    /// request was sent.
+    pub(crate) async fn open(
+        addr: &str,
+        token: &str,
+        timeout: Duration,
+        local_socket: Option<&Path>,
+    ) -> FsResult<Conn> {
         let hostport = addr
             .strip_prefix("http://")
             .or_else(|| addr.strip_prefix("https://"))
             .unwrap_or(addr)
             .trim_end_matches('/');
         let hello = rpc::hello(token)?;
-        let stream = crate::pool::connect("master", hostport, timeout).await?;
-        let (mut rd, mut wr) = stream.into_split();
         let what = format!("hello to master {addr}");
-        crate::pool::timed(&what, timeout, wr.write_all(&hello)).await?;
+        let local = match local_socket.filter(|_| is_loopback(hostport)) {
+            Some(path) => match tokio::time::timeout(timeout, UnixStream::connect(path)).await {
+                Ok(Ok(s)) => Some(s),
+                Ok(Err(e)) => {
+                    debug!(socket = %path.display(), error = %e, "master local socket unusable; using TCP");
+                    None
+                }
+                Err(_) => None,
+            },
+            None => None,
+        };
+        let (rd, wr): (Box<dyn AsyncRead + Unpin + Send>, WriteHalf) = match local {
+            Some(mut s) => {
+                crate::pool::timed(&what, timeout, s.write_all(&hello)).await?;
+                let (rd, wr) = s.into_split();
+                (Box::new(rd), WriteHalf::Unix(wr))
+            }
+            None => {
+                let mut s = crate::pool::connect("master", hostport, timeout).await?;
+                crate::pool::timed(&what, timeout, s.write_all(&hello)).await?;
+                let (rd, wr) = s.into_split();
+                (Box::new(rd), WriteHalf::Tcp(wr))
+            }
+        };
         let wr = Arc::new(wr);
         let shared = Arc::new(Shared {
             pending: Mutex::new(Some(HashMap::new())),
@@ -138,6 +202,7 @@ impl Conn {
         });
 
         let sh = shared.clone();
+        let mut rd = rd;
         tokio::spawn(async move {
             let mut buf = BytesMut::with_capacity(64 << 10);
             let why = loop {

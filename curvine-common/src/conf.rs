@@ -83,6 +83,11 @@ pub struct MasterConf {
     pub meta_write_buffer: ByteSize,
     /// RocksDB block cache (index, filter and data blocks of the metadata).
     pub meta_cache: ByteSize,
+    /// Threads of the master's runtime; 0 = one per core.
+    pub threads: usize,
+    /// Unix socket for clients on the master's host (empty = none). Clients whose
+    /// master address is a loopback one connect here instead of over TCP.
+    pub local_socket: PathBuf,
 }
 
 impl Default for MasterConf {
@@ -105,6 +110,8 @@ impl Default for MasterConf {
             replication_timeout: Dur(Duration::from_secs(120)),
             meta_write_buffer: ByteSize(16 << 20),
             meta_cache: ByteSize(16 << 20),
+            threads: 1,
+            local_socket: PathBuf::new(),
         }
     }
 }
@@ -452,6 +459,14 @@ impl ClusterConf {
         Ok(dirs)
     }
 
+    /// Worker threads for the master's runtime: `master.threads`, or one per core for 0.
+    pub fn master_threads(&self) -> usize {
+        match self.master.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
+
     pub fn master_addr(&self) -> String {
         format!("{}:{}", self.master.hostname, self.master.rpc_port)
     }
@@ -651,6 +666,17 @@ mod tests {
         assert!(e.contains("block_size") || e.contains("12 parsecs"), "{e}");
         let e = ClusterConf::parse("[bogus]\n").unwrap_err().to_string();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn master_threads_default_to_one_and_zero_means_every_core() {
+        let conf = ClusterConf::parse("").unwrap();
+        assert_eq!(conf.master_threads(), 1);
+        let conf = ClusterConf::parse("[master]\nthreads = 3\n").unwrap();
+        assert_eq!(conf.master_threads(), 3);
+        let conf = ClusterConf::parse("[master]\nthreads = 0\n").unwrap();
+        let cores = std::thread::available_parallelism().unwrap().get();
+        assert_eq!(conf.master_threads(), cores);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! requests run through any `MasterService` implementation (the master's, or a test's).
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,8 +10,8 @@ use bytes::{Bytes, BytesMut};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use prost::Message;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tonic::{Request, Status};
 use tracing::{debug, warn};
@@ -41,7 +42,55 @@ where
     let peer = info
         .remote_addr
         .map_or_else(|| "unknown".to_string(), |a| a.to_string());
-    let (mut rd, mut wr) = stream.into_split();
+    let (rd, wr) = stream.into_split();
+    serve_halves(rd, wr, info, peer, svc, token_ok, stop).await
+}
+
+/// `serve` for a connection on the master's Unix socket (a client on this host).
+/// Calls see `master_addr`, the master's TCP address, as the address they reached.
+pub async fn serve_unix<S, A, F>(
+    stream: UnixStream,
+    master_addr: SocketAddr,
+    svc: Arc<S>,
+    token_ok: A,
+    stop: F,
+) where
+    S: MasterService,
+    A: FnOnce(&[u8]) -> bool,
+    F: Future<Output = ()>,
+{
+    let info = TcpConnectInfo {
+        local_addr: Some(master_addr),
+        remote_addr: None,
+    };
+    let (rd, wr) = stream.into_split();
+    serve_halves(
+        rd,
+        wr,
+        info,
+        "local socket".to_string(),
+        svc,
+        token_ok,
+        stop,
+    )
+    .await
+}
+
+async fn serve_halves<S, A, F, R, W>(
+    mut rd: R,
+    mut wr: W,
+    info: TcpConnectInfo,
+    peer: String,
+    svc: Arc<S>,
+    token_ok: A,
+    stop: F,
+) where
+    S: MasterService,
+    A: FnOnce(&[u8]) -> bool,
+    F: Future<Output = ()>,
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let authed = match read_hello(&mut rd).await {
         Ok(token) => token_ok(&token),
         Err(e) => return debug!(%peer, error = %e, "bad framed hello; closed"),
@@ -118,7 +167,7 @@ where
     let _ = wr.shutdown().await;
 }
 
-async fn read_hello(rd: &mut tokio::net::tcp::OwnedReadHalf) -> std::io::Result<Vec<u8>> {
+async fn read_hello(rd: &mut (impl AsyncRead + Unpin)) -> std::io::Result<Vec<u8>> {
     let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_string());
     let mut v = [0u8; 3];
     tokio::time::timeout(HELLO_TIMEOUT, rd.read_exact(&mut v))

@@ -53,11 +53,14 @@ impl Env {
         // no short-circuit: reads go through the worker (so stopping it matters); enough
         // retries to ride out a master restart
         let text = format!(
-            "[client]\nmaster_addrs = [\"{}\"]\nhostname = \"{}\"\nrpc_timeout = \"10s\"\n\
+            "[master]\nlocal_socket = \"{}\"\n\n\
+             [client]\nmaster_addrs = [\"{}\"]\nhostname = \"{}\"\nrpc_timeout = \"10s\"\n\
              connect_timeout = \"2s\"\nshort_circuit = false\nrpc_retries = 30\n\
              retry_backoff = \"100ms\"\n\n[fuse]\nattr_ttl = \"1s\"\nentry_ttl = \"1s\"\n\n\
              [log]\nlevel = \"warn\"\n",
-            c.client.master_addrs[0], c.client.hostname
+            c.master.local_socket.display(),
+            c.client.master_addrs[0],
+            c.client.hostname
         );
         fs::write(&conf, text).expect("write conf");
         let daemon = spawn_daemon(&conf, &mnt, &[]);

@@ -45,7 +45,11 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
     };
     let conf = ClusterConf::load_default(conf_path.as_deref()).context("load cluster conf")?;
     init_logging(&conf, if is_master { "master" } else { "worker" })?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if is_master {
+        rt.worker_threads(conf.master_threads());
+    }
+    let rt = rt
         .enable_all()
         .thread_name(if is_master { "master" } else { "worker" })
         .build()

@@ -37,6 +37,80 @@ fn master_restart_keeps_namespace_and_data() {
 }
 
 #[test]
+fn local_clients_use_the_master_socket_and_fall_back_to_tcp() {
+    runtime().block_on(async {
+        let cluster = MiniCluster::builder().start().await.unwrap();
+        let conf = cluster.client_conf();
+        let socket = conf.master.local_socket.clone();
+        assert!(socket.exists(), "MiniCluster serves {}", socket.display());
+
+        // a loopback TCP address nothing listens on: only the socket can carry the calls
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let dead = closed.local_addr().unwrap().to_string();
+        drop(closed);
+        let mut via_socket = conf.clone();
+        via_socket.client.master_addrs = vec![dead.clone()];
+        let fs = CurvineFs::connect(via_socket).await.unwrap();
+        fs.mkdir("/sock/d", true).await.unwrap();
+        fs.write_file("/sock/d/f", b"over the socket")
+            .await
+            .unwrap();
+        assert_eq!(fs.read_file("/sock/d/f").await.unwrap(), b"over the socket");
+
+        // the same client with no socket configured has no way in
+        let mut tcp_only = conf.clone();
+        tcp_only.client.master_addrs = vec![dead];
+        tcp_only.master.local_socket = Default::default();
+        let err = CurvineFs::connect(tcp_only)
+            .await
+            .err()
+            .expect("nothing listens");
+        assert!(
+            matches!(err, FsError::Unavailable { .. } | FsError::Timeout { .. }),
+            "{err}"
+        );
+
+        // a socket path that is gone: TCP to the real master
+        let mut missing = conf.clone();
+        missing.master.local_socket = socket.with_file_name("no-such.sock");
+        let fs = CurvineFs::connect(missing).await.unwrap();
+        assert_eq!(fs.read_file("/sock/d/f").await.unwrap(), b"over the socket");
+        cluster.shutdown().await.unwrap();
+        assert!(!socket.exists(), "a stopped master removes its socket");
+    });
+}
+
+#[test]
+fn master_refuses_a_socket_in_use_or_a_file_that_is_not_one() {
+    runtime().block_on(async {
+        let cluster = MiniCluster::builder().start().await.unwrap();
+        let live = cluster.client_conf().master.local_socket.clone();
+        let dir = tempfile::tempdir().unwrap();
+        let not_socket = dir.path().join("plain");
+        std::fs::write(&not_socket, b"keep me").unwrap();
+        for (path, why) in [
+            (&live, "another running process"),
+            (&not_socket, "not a socket"),
+        ] {
+            let mut conf = cluster.client_conf();
+            conf.master.meta_dir = dir.path().join("meta");
+            conf.master.local_socket = path.clone();
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let cancel = tokio_util::sync::CancellationToken::new();
+            let err = curvine_server::master::run(conf, listener, cancel)
+                .await
+                .expect_err("second master must not start");
+            assert!(err.to_string().contains(why), "{err}");
+        }
+        assert_eq!(std::fs::read(&not_socket).unwrap(), b"keep me");
+        // the first master still serves its clients over the socket
+        let fs = CurvineFs::connect(cluster.client_conf()).await.unwrap();
+        fs.write_file("/still", b"ok").await.unwrap();
+        cluster.shutdown().await.unwrap();
+    });
+}
+
+#[test]
 fn worker_restart_rereports_blocks() {
     runtime().block_on(async {
         let mut cluster = MiniCluster::builder().start().await.unwrap();
@@ -362,11 +436,17 @@ fn kill9_under_load(journal_sync: bool) {
     write!(
         f,
         "[master]\nhostname = \"127.0.0.1\"\nrpc_port = {port}\nmeta_dir = \"{}\"\n\
-         lease_timeout = \"2s\"\n\
+         lease_timeout = \"2s\"\nlocal_socket = \"{}\"\n\
          [client]\nmaster_addrs = [\"127.0.0.1:{port}\"]\nrpc_timeout = \"5s\"\nrpc_retries = 1\n\
          [journal]\nsync = {journal_sync}\n\
          [log]\nlevel = \"warn\"\n",
-        dir.path().join("meta").display()
+        dir.path().join("meta").display(),
+        // one run over TCP, one over the socket (which SIGKILL leaves behind, stale)
+        if journal_sync {
+            String::new()
+        } else {
+            dir.path().join("master.sock").display().to_string()
+        }
     )
     .unwrap();
     drop(f);

@@ -36,7 +36,7 @@ pub fn daemon_bin() -> &'static str {
     env!("CARGO_BIN_EXE_curvine-fuse")
 }
 
-/// A cluster conf file for the daemon (client and fuse sections only).
+/// A cluster conf file for the daemon: the master's local socket, client and fuse sections.
 pub fn write_conf(cluster: &MiniCluster, path: &Path, extra_fuse: &str) {
     let c = cluster.client_conf();
     let addrs: Vec<String> = c
@@ -46,8 +46,10 @@ pub fn write_conf(cluster: &MiniCluster, path: &Path, extra_fuse: &str) {
         .map(|a| format!("\"{a}\""))
         .collect();
     let text = format!(
-        "[client]\nmaster_addrs = [{}]\nhostname = \"{}\"\nrpc_timeout = \"10s\"\nconnect_timeout = \"2s\"\n\n\
+        "[master]\nlocal_socket = \"{}\"\n\n\
+         [client]\nmaster_addrs = [{}]\nhostname = \"{}\"\nrpc_timeout = \"10s\"\nconnect_timeout = \"2s\"\n\n\
          [fuse]\nattr_ttl = \"1s\"\nentry_ttl = \"1s\"\n{extra_fuse}\n\n[log]\nlevel = \"warn\"\n",
+        c.master.local_socket.display(),
         addrs.join(", "),
         c.client.hostname
     );

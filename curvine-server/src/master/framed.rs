@@ -3,6 +3,8 @@
 //! sorted by its first four bytes; framed calls go to the same `MasterService` methods
 //! as gRPC ones (`rpc_server`), so both behave alike (auth, fault points, errors).
 
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -10,9 +12,10 @@ use std::time::Duration;
 
 use curvine_common::rpc::HELLO_MAGIC;
 use curvine_common::rpc_server;
+use curvine_common::{FsError, FsResult};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixListener};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::{Connected, TcpConnectInfo};
@@ -114,16 +117,9 @@ pub(super) async fn accept_loop(
         let (svc, auth, grpc, cancel) = (svc.clone(), auth.clone(), grpc.clone(), cancel.clone());
         tokio::spawn(async move {
             let mut stream = stream;
-            let mut head = [0u8; 4];
-            let sniff = tokio::time::timeout(SNIFF_TIMEOUT, stream.read_exact(&mut head));
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                r = sniff => match r {
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => return debug!(error = %e, "connection closed before a request"),
-                    Err(_) => return debug!("connection sent nothing; closed"),
-                },
-            }
+            let Some(head) = sniff(&mut stream, &cancel).await else {
+                return;
+            };
             if head == HELLO_MAGIC {
                 let stop = cancel.cancelled_owned();
                 rpc_server::serve(stream, svc, |t| auth.allows_token(t), stop).await;
@@ -135,6 +131,106 @@ pub(super) async fn accept_loop(
                         inner: stream,
                     }))
                     .await;
+            }
+        });
+    }
+}
+
+/// The first four bytes of a new connection, or `None` when it closed, sent nothing in
+/// time, or the master stops.
+async fn sniff(
+    stream: &mut (impl AsyncRead + Unpin),
+    cancel: &CancellationToken,
+) -> Option<[u8; 4]> {
+    let mut head = [0u8; 4];
+    let read = tokio::time::timeout(SNIFF_TIMEOUT, stream.read_exact(&mut head));
+    tokio::select! {
+        _ = cancel.cancelled() => None,
+        r = read => match r {
+            Ok(Ok(_)) => Some(head),
+            Ok(Err(e)) => {
+                debug!(error = %e, "connection closed before a request");
+                None
+            }
+            Err(_) => {
+                debug!("connection sent nothing; closed");
+                None
+            }
+        },
+    }
+}
+
+/// Listen on `path` for clients on this host. A socket file left by a master that is
+/// gone is replaced; one a live process still serves, or a file that is not a socket,
+/// is an error naming the path.
+pub(super) fn bind_local_socket(path: &Path) -> FsResult<UnixListener> {
+    let what = |e: std::io::Error, step: &str| {
+        FsError::io_ctx(format!("master.local_socket {}: {step}", path.display()), e)
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| what(e, "create its directory"))?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_socket() => {
+            return Err(FsError::config(format!(
+                "master.local_socket {} exists and is not a socket",
+                path.display()
+            )));
+        }
+        Ok(_) => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(FsError::config(format!(
+                    "master.local_socket {} is served by another running process",
+                    path.display()
+                )));
+            }
+            std::fs::remove_file(path).map_err(|e| what(e, "remove the stale socket"))?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(what(e, "inspect")),
+    }
+    let listener = UnixListener::bind(path).map_err(|e| what(e, "bind"))?;
+    // any local user may connect; the hello's cluster token still decides
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+        .map_err(|e| what(e, "set its mode"))?;
+    Ok(listener)
+}
+
+/// Serve framed connections from clients on this host until `cancel` fires; their calls
+/// count as calls to `master_addr` (the TCP address), as fault points and logs expect.
+pub(super) async fn accept_local(
+    listener: UnixListener,
+    master_addr: std::net::SocketAddr,
+    svc: Arc<MasterSvc>,
+    auth: AuthInterceptor,
+    cancel: CancellationToken,
+) {
+    loop {
+        let stream = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    warn!(error = %e, "master local socket accept failed");
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_millis(50)) => continue,
+                    }
+                }
+            },
+        };
+        let (svc, auth, cancel) = (svc.clone(), auth.clone(), cancel.clone());
+        tokio::spawn(async move {
+            let mut stream = stream;
+            let Some(head) = sniff(&mut stream, &cancel).await else {
+                return;
+            };
+            if head == HELLO_MAGIC {
+                let stop = cancel.cancelled_owned();
+                let ok = |t: &[u8]| auth.allows_token(t);
+                rpc_server::serve_unix(stream, master_addr, svc, ok, stop).await;
+            } else {
+                debug!("local socket connection is not a framed client; closed");
             }
         });
     }

@@ -50,6 +50,11 @@ pub async fn run(
     listener: TcpListener,
     cancel: CancellationToken,
 ) -> FsResult<()> {
+    // taken first: a socket another master serves stops this one before it opens anything
+    let local = match &conf.master.local_socket {
+        p if p.as_os_str().is_empty() => None,
+        p => Some((p.clone(), framed::bind_local_socket(p)?)),
+    };
     let mconf = conf.master.clone();
     let sync = conf.journal.sync;
     let lost_timeout = conf.master.worker_lost_timeout.0;
@@ -90,6 +95,11 @@ pub async fn run(
         grpc_tx,
         cancel.clone(),
     ));
+    let local = local.map(|(path, listener)| {
+        info!(socket = %path.display(), "master serving local clients");
+        let serve = framed::accept_local(listener, addr, svc.clone(), auth.clone(), cancel.clone());
+        (path, tokio::spawn(serve))
+    });
     let grpc = MasterServiceServer::from_arc(svc)
         .max_decoding_message_size(256 << 20)
         .max_encoding_message_size(256 << 20);
@@ -102,6 +112,12 @@ pub async fn run(
         )
         .await;
     let _ = accept.await;
+    if let Some((path, task)) = local {
+        let _ = task.await;
+        if let Err(e) = std::fs::remove_file(&path) {
+            warn!(socket = %path.display(), error = %e, "cannot remove the master's local socket");
+        }
+    }
     bg.cancel();
     tasks.wait().await;
     ns.syncer.stop();

@@ -102,6 +102,8 @@ impl MiniClusterBuilder {
         conf.client.rpc_timeout = curvine_common::conf::Dur(Duration::from_secs(10));
         conf.client.connect_timeout = curvine_common::conf::Dur(Duration::from_secs(2));
         conf.log.level = "warn".into();
+        // as the shipped conf does: clients here reach the master over its Unix socket
+        conf.master.local_socket = base.path().join("master.sock");
         if let Some(h) = &self.hook {
             h(&mut conf);
         }

@@ -1,12 +1,14 @@
 //! Hadoop configuration -> `ClusterConf`: every `[client]` key can be given as
-//! `fs.cv.<key>` (Java strips the prefix), plus `auth_token` (`[cluster]`).
+//! `fs.cv.<key>` (Java strips the prefix), plus `auth_token` (`[cluster]`) and
+//! `local_socket` (`[master]`: the Unix socket of a master on this host).
 //! `master_addrs` is comma-separated. Values are checked by `ClusterConf` itself, so
 //! the TOML rules (sizes, durations, tiers) apply unchanged.
 
 use curvine_common::{ClusterConf, FsError, FsResult};
 
-/// Keys that belong to `[cluster]` instead of `[client]`.
+/// Keys that belong to `[cluster]` or `[master]` instead of `[client]`.
 const CLUSTER_KEYS: &[&str] = &["auth_token"];
+const MASTER_KEYS: &[&str] = &["local_socket"];
 
 /// What `check_key` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +23,8 @@ pub enum KeyCheck {
 fn section(key: &str) -> &'static str {
     if CLUSTER_KEYS.contains(&key) {
         "cluster"
+    } else if MASTER_KEYS.contains(&key) {
+        "master"
     } else {
         "client"
     }
@@ -95,7 +99,7 @@ pub fn build_conf(pairs: &[(String, String)]) -> FsResult<(ClusterConf, String)>
     sorted.sort();
     sorted.dedup_by(|a, b| a.0 == b.0);
     let mut text = String::new();
-    for sec in ["cluster", "client"] {
+    for sec in ["cluster", "master", "client"] {
         text.push_str(&format!("[{sec}]\n"));
         for (k, v) in sorted.iter().map(|p| (&p.0, &p.1)) {
             if section(k) != sec {
@@ -138,6 +142,7 @@ mod tests {
             ("retry_backoff", "50ms"),
             ("hostname", "node1"),
             ("auth_token", "secret"),
+            ("local_socket", "/run/curvine/master.sock"),
         ];
         for (k, v) in kv {
             assert_eq!(check_key(k, v), KeyCheck::Ok, "{k}");
@@ -153,6 +158,10 @@ mod tests {
         assert_eq!(c.retry_backoff.get().as_millis(), 50);
         assert_eq!(c.hostname, "node1");
         assert_eq!(conf.cluster.auth_token, "secret");
+        assert_eq!(
+            conf.master.local_socket,
+            std::path::Path::new("/run/curvine/master.sock")
+        );
     }
 
     #[test]

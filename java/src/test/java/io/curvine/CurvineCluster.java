@@ -55,6 +55,8 @@ public final class CurvineCluster {
     conf.set("fs.AbstractFileSystem.cv.impl", CurvineFs.class.getName());
     conf.set("fs.defaultFS", uri().toString());
     conf.set("fs.cv.connect_timeout", "3s");
+    // as the shipped core-site.xml does: master calls go over the master's Unix socket
+    conf.set("fs.cv.local_socket", dir.resolve("master.sock").toString());
     // The master reserves a whole block per placement until the next heartbeat; small
     // blocks keep the many tiny files of the contract tests from exhausting the tier.
     conf.set("fs.cv.block_size", "16MB");
@@ -97,6 +99,7 @@ public final class CurvineCluster {
         "hostname = \"127.0.0.1\"",
         "rpc_port = " + master,
         "meta_dir = \"" + dir.resolve("meta") + "\"",
+        "local_socket = \"" + dir.resolve("master.sock") + "\"",
         // small pages so that every listing in the tests crosses page boundaries
         "list_page_size = 7",
         "[journal]",
