@@ -70,6 +70,7 @@ if [ -z "$MNT" ]; then
 hostname = "127.0.0.1"
 rpc_port = $MPORT
 meta_dir = "$WORK/meta"
+local_socket = "$WORK/master.sock"
 storage_tier = "mem"
 [worker]
 hostname = "127.0.0.1"
