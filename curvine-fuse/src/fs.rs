@@ -19,6 +19,7 @@ use tracing::{debug, warn};
 
 use crate::attr::{apply_local, errno, to_attr};
 use crate::bufpool::BufPool;
+use crate::dirattrs::DirAttrs;
 use crate::file::{Content, FileState};
 use crate::inodes::{InodeTable, NameError};
 
@@ -140,6 +141,8 @@ pub struct CurvineFuse {
     cached: Mutex<HashMap<u64, Version>>,
     /// Reply buffers of large reads.
     bufs: Arc<BufPool>,
+    /// Directory attributes kept for `attr_ttl` (see `dirattrs`).
+    pub(crate) dir_attrs: DirAttrs,
 }
 
 /// Where unlinked-but-open files wait for their last close, under the mount's root;
@@ -158,7 +161,6 @@ impl CurvineFuse {
             Ok(CurvineFuse {
                 inodes: InodeTable::new(root.path.clone(), root.id),
                 fs,
-                opts,
                 files: Mutex::new(HashMap::new()),
                 handles: Mutex::new(HashMap::new()),
                 dirs: Mutex::new(HashMap::new()),
@@ -166,6 +168,8 @@ impl CurvineFuse {
                 cached: Mutex::new(HashMap::new()),
                 next_fh: AtomicU64::new(1),
                 bufs: Arc::new(BufPool::default()),
+                dir_attrs: DirAttrs::new(opts.attr_ttl),
+                opts,
             })
         } else {
             Err(FsError::NotADirectory { path: root.path })

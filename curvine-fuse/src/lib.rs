@@ -4,6 +4,7 @@
 
 mod attr;
 mod bufpool;
+mod dirattrs;
 mod dirty;
 mod file;
 mod fs;

@@ -90,8 +90,16 @@ impl Filesystem for CurvineFuse {
         _fh: Option<u64>,
         _flags: u32,
     ) -> Result<ReplyAttr> {
+        if let Some(attr) = self.dir_attrs.get(inode) {
+            return Ok(ReplyAttr {
+                ttl: self.opts.attr_ttl,
+                attr,
+            });
+        }
         let path = self.path_of(inode)?;
+        let started = std::time::Instant::now();
         let attr = self.stat_attr(&self.caller(&req), inode, &path).await?;
+        self.dir_attrs.fetched(&attr, started);
         Ok(ReplyAttr {
             ttl: self.opts.attr_ttl,
             attr,
@@ -130,6 +138,7 @@ impl Filesystem for CurvineFuse {
             self.flush_ino(inode).await?;
             fs.set_attr(&path, attrs).await.map_err(e)?
         };
+        self.dir_attrs.changed(inode);
         Ok(ReplyAttr {
             ttl: self.opts.attr_ttl,
             attr: self.attr_of(&st).await,
@@ -155,6 +164,7 @@ impl Filesystem for CurvineFuse {
         let path = self.child_of(parent, name)?;
         let target = link.to_str().ok_or_else(|| Errno::from(libc::EINVAL))?;
         let st = self.caller(&req).symlink(target, &path).await.map_err(e)?;
+        self.dir_attrs.entry_created(parent, st.ctime_ms);
         Ok(self.entry(&st, &path).await)
     }
 
@@ -182,6 +192,7 @@ impl Filesystem for CurvineFuse {
                 .mknod(&path, kind, mode & 0o7777, rdev)
                 .await
                 .map_err(e)?;
+            self.dir_attrs.entry_created(parent, st.ctime_ms);
             return Ok(self.entry(&st, &path).await);
         }
         let opts = CreateOptions {
@@ -191,6 +202,7 @@ impl Filesystem for CurvineFuse {
             ..Default::default()
         };
         let mut w = fs.create_with(&path, opts).await.map_err(e)?;
+        self.dir_attrs.entry_created(parent, w.status().ctime_ms);
         let mut st = w.close().await.map_err(e)?;
         if mode & 0o7777 == 0 {
             st = fs
@@ -222,6 +234,7 @@ impl Filesystem for CurvineFuse {
             .mkdir_with_mode(&path, false, mode & 0o7777)
             .await
             .map_err(e)?;
+        self.dir_attrs.entry_created(parent, st.ctime_ms);
         Ok(self.entry(&st, &path).await)
     }
 
@@ -230,9 +243,11 @@ impl Filesystem for CurvineFuse {
         let path = self.child_of(parent, name)?;
         let fs = self.caller(&req);
         if self.hide_if_open(&fs, &path).await?.is_some() {
+            self.dir_attrs.changed(parent);
             return Ok(());
         }
         fs.delete(&path, false).await.map_err(e)?;
+        self.dir_attrs.changed(parent);
         self.inodes.unlinked(&path);
         Ok(())
     }
@@ -242,6 +257,7 @@ impl Filesystem for CurvineFuse {
         let path = self.child_of(parent, name)?;
         // the kernel has already refused rmdir of a non-directory (ENOTDIR)
         self.caller(&req).delete(&path, false).await.map_err(e)?;
+        self.dir_attrs.changed(parent);
         self.inodes.unlinked(&path);
         Ok(())
     }
@@ -292,6 +308,13 @@ impl Filesystem for CurvineFuse {
             }
             return Err(e(err));
         }
+        // (a renamed directory's own ctime changes too)
+        for ino in [parent, new_parent] {
+            self.dir_attrs.changed(ino);
+        }
+        if let Some(ino) = self.inodes.ino_at(&src) {
+            self.dir_attrs.changed(ino);
+        }
         self.inodes
             .renamed(&src, &dst, flags & RENAME_EXCHANGE != 0);
         Ok(())
@@ -309,6 +332,7 @@ impl Filesystem for CurvineFuse {
         let dst = self.child_of(new_parent, new_name)?;
         let fs = self.caller(&req);
         fs.link(&src, &dst).await.map_err(e)?;
+        self.dir_attrs.changed(new_parent);
         // the status of the shared inode, with its new link count
         let st = fs.lstat(&dst).await.map_err(e)?;
         Ok(self.entry(&st, &dst).await)
@@ -396,10 +420,9 @@ impl Filesystem for CurvineFuse {
             return Err(Errno::from(libc::EOPNOTSUPP));
         }
         let path = self.path_of(inode)?;
-        self.caller(&req)
-            .set_xattr(&path, name, value, flags)
-            .await
-            .map_err(e)
+        let r = self.caller(&req).set_xattr(&path, name, value, flags).await;
+        self.dir_attrs.changed(inode);
+        r.map_err(e)
     }
 
     async fn getxattr(
@@ -603,6 +626,7 @@ impl Filesystem for CurvineFuse {
         match fs.create_with(&path, opts).await {
             Ok(w) => {
                 let mut st = w.status().clone();
+                self.dir_attrs.entry_created(parent, st.ctime_ms);
                 if perm == 0 {
                     st = fs
                         .set_attr(

@@ -47,6 +47,49 @@ fn write_then_read_back_and_through_the_client() {
 /// file rewritten in place by another client, same length and same inode, reads back
 /// new on the next open, also after this mount wrote it or read it twice.
 #[test]
+fn directory_times_follow_changes_here_and_elsewhere() {
+    let (dir, cv) = test_dir("dirtimes");
+    let s = shared();
+    let master = |p: &str| {
+        let st = s.rt.block_on(s.fs.stat(p)).unwrap();
+        (st.mtime_ms, st.ctime_ms)
+    };
+    let mount = |p: &Path| {
+        let m = fs::metadata(p).unwrap();
+        (
+            m.mtime() * 1000 + m.mtime_nsec() / 1_000_000,
+            m.ctime() * 1000 + m.ctime_nsec() / 1_000_000,
+        )
+    };
+    fs::metadata(&dir).unwrap();
+    // the mount answers the directory's attributes itself after its own creates
+    for i in 0..20 {
+        File::create(dir.join(format!("f{i}"))).unwrap();
+        assert_eq!(mount(&dir), master(&cv), "after create {i}");
+    }
+    fs::create_dir(dir.join("sub")).unwrap();
+    assert_eq!(mount(&dir), master(&cv), "after mkdir");
+    std::os::unix::fs::symlink("f2", dir.join("ln")).unwrap();
+    assert_eq!(mount(&dir), master(&cv), "after symlink");
+    fs::remove_file(dir.join("f0")).unwrap();
+    assert_eq!(mount(&dir), master(&cv), "after unlink");
+    fs::rename(dir.join("f1"), dir.join("g1")).unwrap();
+    assert_eq!(mount(&dir), master(&cv), "after rename");
+    fs::hard_link(dir.join("f3"), dir.join("h3")).unwrap();
+    assert_eq!(mount(&dir), master(&cv), "after link");
+    // a change made by another client shows within attr_ttl (1 s here)
+    File::create(dir.join("f4")).unwrap();
+    s.rt.block_on(s.fs.write_file(&format!("{cv}/elsewhere"), b"x"))
+        .unwrap();
+    let want = master(&cv);
+    assert!(
+        common::wait_for(std::time::Duration::from_secs(5), || mount(&dir) == want),
+        "the directory's times after a create elsewhere: {:?} vs {want:?}",
+        mount(&dir)
+    );
+}
+
+#[test]
 fn kept_pages_follow_changes_made_elsewhere() {
     let (dir, cv) = test_dir("keep");
     let s = shared();
