@@ -359,6 +359,12 @@ impl CurvineFs {
     }
 
     pub async fn delete(&self, path: &str, recursive: bool) -> FsResult<()> {
+        self.delete_stamped(path, recursive).await.map(drop)
+    }
+
+    /// `delete`, returning the time the master gave the parent directory's mtime and
+    /// ctime (0 when the master does not tell).
+    pub async fn delete_stamped(&self, path: &str, recursive: bool) -> FsResult<i64> {
         let path = norm(path)?;
         let req = proto::DeleteRequest {
             path: path.clone(),
@@ -367,7 +373,7 @@ impl CurvineFs {
         };
         let r = rpc!(self, "delete", Mutation, req).await?;
         if r.deleted {
-            Ok(())
+            Ok(r.parent_mtime_ms)
         } else {
             Err(FsError::not_found(path))
         }

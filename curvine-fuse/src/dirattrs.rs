@@ -4,8 +4,8 @@
 //! so a loop of creates in one directory would ask the master for that directory before
 //! every create. The mount keeps its own copy instead: fresh from the master for at
 //! most `attr_ttl` (the staleness the kernel's attribute cache allows anyway), with
-//! the times of this mount's own creates applied. Any other change this mount makes in
-//! a directory (remove, rename, link, attributes) drops its copy.
+//! the times of this mount's own creates and removes applied. Any other change this
+//! mount makes in a directory (rename, link, attributes) drops its copy.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -75,9 +75,9 @@ impl DirAttrs {
         map.insert(attr.ino, Entry::Copy(*attr, Instant::now()));
     }
 
-    /// This mount created an entry in directory `ino`, and the master stamped the
-    /// directory with the new entry's creation time `at_ms`.
-    pub(crate) fn entry_created(&self, ino: u64, at_ms: i64) {
+    /// This mount changed an entry of directory `ino` (created or removed one), and the
+    /// master stamped the directory with the time `at_ms`.
+    pub(crate) fn stamped(&self, ino: u64, at_ms: i64) {
         let mut map = self.lock();
         match map.get_mut(&ino) {
             Some(Entry::Copy(attr, _)) => {
@@ -120,7 +120,7 @@ mod tests {
         d.fetched(&empty_attr(6, FileType::RegularFile), t0);
         assert!(d.get(6).is_none(), "only directories are kept");
         d.fetched(&dir(5, 1_000), t0);
-        d.entry_created(5, 2_500);
+        d.stamped(5, 2_500);
         let a = d.get(5).unwrap();
         assert_eq!((ms(a.mtime), ms(a.ctime)), (2_500, 2_500));
         // a fetch that saw the directory before that create does not take the copy back
@@ -137,7 +137,7 @@ mod tests {
         assert_eq!(ms(d.get(5).unwrap().ctime), 3_000);
         // a create in a directory with no copy: earlier fetches are not kept either
         let before = Instant::now();
-        d.entry_created(9, 4_000);
+        d.stamped(9, 4_000);
         d.fetched(&dir(9, 1_000), before);
         assert!(d.get(9).is_none());
 

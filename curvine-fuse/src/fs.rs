@@ -182,6 +182,16 @@ impl CurvineFuse {
         self.fs.with_identity(req.uid, req.gid)
     }
 
+    /// Directory `ino` lost an entry through this mount and the master stamped it
+    /// `at_ms` (0: the master did not say, so the mount's copy goes).
+    pub(crate) fn dir_stamped(&self, ino: u64, at_ms: i64) {
+        if at_ms > 0 {
+            self.dir_attrs.stamped(ino, at_ms);
+        } else {
+            self.dir_attrs.changed(ino);
+        }
+    }
+
     pub(crate) fn check_writable(&self) -> Result<()> {
         if self.opts.read_only {
             Err(Errno::from(libc::EROFS))

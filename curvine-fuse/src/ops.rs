@@ -164,7 +164,7 @@ impl Filesystem for CurvineFuse {
         let path = self.child_of(parent, name)?;
         let target = link.to_str().ok_or_else(|| Errno::from(libc::EINVAL))?;
         let st = self.caller(&req).symlink(target, &path).await.map_err(e)?;
-        self.dir_attrs.entry_created(parent, st.ctime_ms);
+        self.dir_attrs.stamped(parent, st.ctime_ms);
         Ok(self.entry(&st, &path).await)
     }
 
@@ -192,7 +192,7 @@ impl Filesystem for CurvineFuse {
                 .mknod(&path, kind, mode & 0o7777, rdev)
                 .await
                 .map_err(e)?;
-            self.dir_attrs.entry_created(parent, st.ctime_ms);
+            self.dir_attrs.stamped(parent, st.ctime_ms);
             return Ok(self.entry(&st, &path).await);
         }
         let opts = CreateOptions {
@@ -202,7 +202,7 @@ impl Filesystem for CurvineFuse {
             ..Default::default()
         };
         let mut w = fs.create_with(&path, opts).await.map_err(e)?;
-        self.dir_attrs.entry_created(parent, w.status().ctime_ms);
+        self.dir_attrs.stamped(parent, w.status().ctime_ms);
         let mut st = w.close().await.map_err(e)?;
         if mode & 0o7777 == 0 {
             st = fs
@@ -234,7 +234,7 @@ impl Filesystem for CurvineFuse {
             .mkdir_with_mode(&path, false, mode & 0o7777)
             .await
             .map_err(e)?;
-        self.dir_attrs.entry_created(parent, st.ctime_ms);
+        self.dir_attrs.stamped(parent, st.ctime_ms);
         Ok(self.entry(&st, &path).await)
     }
 
@@ -246,8 +246,8 @@ impl Filesystem for CurvineFuse {
             self.dir_attrs.changed(parent);
             return Ok(());
         }
-        fs.delete(&path, false).await.map_err(e)?;
-        self.dir_attrs.changed(parent);
+        let at = fs.delete_stamped(&path, false).await.map_err(e)?;
+        self.dir_stamped(parent, at);
         self.inodes.unlinked(&path);
         Ok(())
     }
@@ -256,8 +256,12 @@ impl Filesystem for CurvineFuse {
         self.check_writable()?;
         let path = self.child_of(parent, name)?;
         // the kernel has already refused rmdir of a non-directory (ENOTDIR)
-        self.caller(&req).delete(&path, false).await.map_err(e)?;
-        self.dir_attrs.changed(parent);
+        let at = self
+            .caller(&req)
+            .delete_stamped(&path, false)
+            .await
+            .map_err(e)?;
+        self.dir_stamped(parent, at);
         self.inodes.unlinked(&path);
         Ok(())
     }
@@ -626,7 +630,7 @@ impl Filesystem for CurvineFuse {
         match fs.create_with(&path, opts).await {
             Ok(w) => {
                 let mut st = w.status().clone();
-                self.dir_attrs.entry_created(parent, st.ctime_ms);
+                self.dir_attrs.stamped(parent, st.ctime_ms);
                 if perm == 0 {
                     st = fs
                         .set_attr(

@@ -73,6 +73,12 @@ fn directory_times_follow_changes_here_and_elsewhere() {
     assert_eq!(mount(&dir), master(&cv), "after symlink");
     fs::remove_file(dir.join("f0")).unwrap();
     assert_eq!(mount(&dir), master(&cv), "after unlink");
+    for i in 5..15 {
+        fs::remove_file(dir.join(format!("f{i}"))).unwrap();
+        assert_eq!(mount(&dir), master(&cv), "after unlink {i}");
+    }
+    fs::remove_dir(dir.join("sub")).unwrap();
+    assert_eq!(mount(&dir), master(&cv), "after rmdir");
     fs::rename(dir.join("f1"), dir.join("g1")).unwrap();
     assert_eq!(mount(&dir), master(&cv), "after rename");
     fs::hard_link(dir.join("f3"), dir.join("h3")).unwrap();

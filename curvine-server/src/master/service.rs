@@ -142,10 +142,13 @@ impl MasterService for MasterSvc {
     async fn delete(&self, req: Request<DeleteRequest>) -> Reply<DeleteResponse> {
         fault_rpc!("master.Delete", &req);
         let r = req.into_inner();
-        let deleted = self
+        let at = self
             .durable(self.ns.delete(&r.path, r.recursive, &caller(&r.caller)))
             .await?;
-        Ok(Response::new(DeleteResponse { deleted }))
+        Ok(Response::new(DeleteResponse {
+            deleted: true,
+            parent_mtime_ms: at,
+        }))
     }
 
     async fn set_attr(&self, req: Request<SetAttrRequest>) -> Reply<SetAttrResponse> {

@@ -351,7 +351,7 @@ fn delete_rules() {
         ns.delete("/zz", false, &c),
         Err(FsError::NotFound { .. })
     ));
-    assert!(ns.delete("/t", true, &c).unwrap().0);
+    assert!(ns.delete("/t", true, &c).unwrap().0 > 0);
     assert!(stat(&ns, "/t").is_err());
     let r = ns.report();
     assert_eq!((r.files, r.dirs), (0, 1));

@@ -223,7 +223,8 @@ impl Namespace {
         })
     }
 
-    pub fn delete(&self, path: &str, recursive: bool, c: &CallerInfo) -> FsResult<(bool, u64)> {
+    /// Delete `path`; returns the time stamped on its parent directory.
+    pub fn delete(&self, path: &str, recursive: bool, c: &CallerInfo) -> FsResult<(i64, u64)> {
         self.mutate(|txn| {
             let w = self.walk(&*txn, path, c, false)?;
             let Some(parent) = w.parent.clone() else {
@@ -243,7 +244,7 @@ impl Namespace {
             txn.unlink_entry(parent.id, &w.name)?;
             txn.release_inode(ino)?;
             debug!(path = %w.path, recursive, "delete");
-            Ok(true)
+            Ok(txn.now)
         })
     }
 
