@@ -98,21 +98,7 @@ pub(super) async fn accept_loop(
     grpc: mpsc::Sender<std::io::Result<Sniffed>>,
     cancel: CancellationToken,
 ) {
-    loop {
-        let stream = tokio::select! {
-            _ = cancel.cancelled() => return,
-            r = listener.accept() => match r {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    // out of fds and the like: the listener itself stays usable
-                    warn!(error = %e, "master accept failed");
-                    tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        _ = tokio::time::sleep(Duration::from_millis(50)) => continue,
-                    }
-                }
-            },
-        };
+    while let Some((stream, _)) = next_conn(|| listener.accept(), &cancel, "master").await {
         let _ = stream.set_nodelay(true);
         let (svc, auth, grpc, cancel) = (svc.clone(), auth.clone(), grpc.clone(), cancel.clone());
         tokio::spawn(async move {
@@ -133,6 +119,34 @@ pub(super) async fn accept_loop(
                     .await;
             }
         });
+    }
+}
+
+/// The next connection from `accept`, or `None` once `cancel` fires. A failed accept
+/// (out of fds and the like) is logged and retried after a pause: the listener itself
+/// stays usable.
+async fn next_conn<T, F>(
+    mut accept: impl FnMut() -> F,
+    cancel: &CancellationToken,
+    what: &str,
+) -> Option<T>
+where
+    F: std::future::Future<Output = std::io::Result<T>>,
+{
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return None,
+            r = accept() => match r {
+                Ok(conn) => return Some(conn),
+                Err(e) => {
+                    warn!(error = %e, "{what} accept failed");
+                    tokio::select! {
+                        _ = cancel.cancelled() => return None,
+                        _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    }
+                }
+            },
+        }
     }
 }
 
@@ -205,20 +219,8 @@ pub(super) async fn accept_local(
     auth: AuthInterceptor,
     cancel: CancellationToken,
 ) {
-    loop {
-        let stream = tokio::select! {
-            _ = cancel.cancelled() => return,
-            r = listener.accept() => match r {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    warn!(error = %e, "master local socket accept failed");
-                    tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        _ = tokio::time::sleep(Duration::from_millis(50)) => continue,
-                    }
-                }
-            },
-        };
+    let what = "master local socket";
+    while let Some((stream, _)) = next_conn(|| listener.accept(), &cancel, what).await {
         let (svc, auth, cancel) = (svc.clone(), auth.clone(), cancel.clone());
         tokio::spawn(async move {
             let mut stream = stream;
