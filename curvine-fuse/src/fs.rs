@@ -250,12 +250,50 @@ impl CurvineFuse {
     /// A lookup reply for `st` found at `path`: the kernel now holds one more reference.
     pub(crate) async fn entry(&self, st: &FileStatus, path: &str) -> ReplyEntry {
         let attr = self.attr_of(st).await;
+        self.entry_of(attr, path)
+    }
+
+    /// A lookup reply with `attr` for `path`: the kernel now holds one more reference.
+    pub(crate) fn entry_of(&self, attr: FileAttr, path: &str) -> ReplyEntry {
         self.inodes.remember(attr.ino, path);
         ReplyEntry {
             ttl: self.opts.entry_ttl,
             attr,
             generation: 0,
         }
+    }
+
+    /// `lstat` of `path` for a reply to the kernel. The local state of the file this
+    /// mount knows at `path` is held across the master call and applied after it.
+    /// Otherwise a stream closing meanwhile would leave the reply with the length from
+    /// before its data was committed, and the kernel would place the next O_APPEND
+    /// write there, over that data.
+    pub(crate) async fn lstat_for_reply(
+        &self,
+        fs: &CurvineFs,
+        path: &str,
+    ) -> std::result::Result<(FileStatus, FileAttr), FsError> {
+        let known = self.inodes.ino_at(path);
+        let state = known.and_then(|ino| self.state(ino));
+        let guard = match &state {
+            Some(s) => Some(s.read().await),
+            None => None,
+        };
+        let st = fs.lstat(path).await?;
+        let ino = self.inodes.ino_of(st.id);
+        let mut attr = to_attr(&st, ino);
+        match &guard {
+            Some(g) if known == Some(ino) => {
+                if let Some(len) = g.local_len() {
+                    apply_local(&mut attr, len, g.mtime_ms);
+                }
+            }
+            _ => {
+                drop(guard);
+                attr = self.attr_of(&st).await;
+            }
+        }
+        Ok((st, attr))
     }
 
     // ---------- per-inode state and handles ----------

@@ -62,8 +62,8 @@ impl Filesystem for CurvineFuse {
 
     async fn lookup(&self, req: Request, parent: Inode, name: &OsStr) -> Result<ReplyEntry> {
         let path = self.child_of(parent, name)?;
-        match self.caller(&req).lstat(&path).await {
-            Ok(st) => Ok(self.entry(&st, &path).await),
+        match self.lstat_for_reply(&self.caller(&req), &path).await {
+            Ok((_, attr)) => Ok(self.entry_of(attr, &path)),
             Err(FsError::NotFound { .. }) if !self.opts.negative_ttl.is_zero() => Ok(ReplyEntry {
                 ttl: self.opts.negative_ttl,
                 attr: empty_attr(0, FileType::RegularFile),
@@ -338,8 +338,8 @@ impl Filesystem for CurvineFuse {
         fs.link(&src, &dst).await.map_err(e)?;
         self.dir_attrs.changed(new_parent);
         // the status of the shared inode, with its new link count
-        let st = fs.lstat(&dst).await.map_err(e)?;
-        Ok(self.entry(&st, &dst).await)
+        let (_, attr) = self.lstat_for_reply(&fs, &dst).await.map_err(e)?;
+        Ok(self.entry_of(attr, &dst))
     }
 
     async fn open(&self, _req: Request, inode: Inode, flags: u32) -> Result<ReplyOpen> {
@@ -660,11 +660,11 @@ impl Filesystem for CurvineFuse {
             }
             Err(FsError::AlreadyExists { .. }) if flags as i32 & libc::O_EXCL == 0 => {
                 // O_CREAT on an existing file: open it
-                let st = fs.lstat(&path).await.map_err(e)?;
+                let (st, attr) = self.lstat_for_reply(&fs, &path).await.map_err(e)?;
                 if kind(&st) == FileType::Directory {
                     return Err(Errno::from(libc::EISDIR));
                 }
-                let entry = self.entry(&st, &path).await;
+                let entry = self.entry_of(attr, &path);
                 let (fh, open_flags) = match self.open_file(entry.attr.ino, flags).await {
                     Ok(r) => r,
                     Err(err) => {
@@ -672,7 +672,11 @@ impl Filesystem for CurvineFuse {
                         return Err(err);
                     }
                 };
-                let attr = self.attr_of(&st).await;
+                let attr = if flags as i32 & libc::O_TRUNC != 0 {
+                    self.stat_attr(&fs, entry.attr.ino, &path).await?
+                } else {
+                    attr
+                };
                 Ok(ReplyCreated {
                     ttl: entry.ttl,
                     attr,

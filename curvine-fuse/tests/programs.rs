@@ -128,16 +128,20 @@ fn sqlite_transactions_and_integrity() {
 #[test]
 fn concurrent_appenders_lose_nothing() {
     let (dir, _) = test_dir("appenders");
-    let script = "for p in 1 2 3 4; do (for i in $(seq 1 100); do echo \"p$p line $i\" >> log; done) & done; wait";
-    sh(&dir, script);
-    let text = fs::read_to_string(dir.join("log")).unwrap();
-    assert_eq!(text.lines().count(), 400);
-    for p in 1..=4 {
-        for i in [1, 50, 100] {
-            assert!(
-                text.lines().any(|l| l == format!("p{p} line {i}")),
-                "p{p} line {i}"
-            );
+    // several rounds, each on a new log: the first opens race to create it, later ones
+    // append while other writers' streams close
+    let script = "rm -f log; for p in 1 2 3 4; do (for i in $(seq 1 100); do echo \"p$p line $i\" >> log; done) & done; wait";
+    for round in 0..5 {
+        sh(&dir, script);
+        let text = fs::read_to_string(dir.join("log")).unwrap();
+        assert_eq!(text.lines().count(), 400, "round {round}");
+        for p in 1..=4 {
+            for i in [1, 50, 100] {
+                assert!(
+                    text.lines().any(|l| l == format!("p{p} line {i}")),
+                    "round {round}: p{p} line {i}"
+                );
+            }
         }
     }
 }
