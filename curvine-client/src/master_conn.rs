@@ -153,7 +153,7 @@ impl Conn {
             },
             None => None,
         };
-        let (rd, wr): (Box<dyn AsyncRead + Unpin + Send>, WriteHalf) = match local {
+        let (mut rd, wr): (Box<dyn AsyncRead + Unpin + Send>, WriteHalf) = match local {
             Some(mut s) => {
                 crate::pool::timed(&what, timeout, s.write_all(&hello)).await?;
                 let (rd, wr) = s.into_split();
@@ -202,7 +202,6 @@ impl Conn {
         });
 
         let sh = shared.clone();
-        let mut rd = rd;
         tokio::spawn(async move {
             let mut buf = BytesMut::with_capacity(64 << 10);
             let why = loop {

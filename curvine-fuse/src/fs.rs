@@ -229,24 +229,6 @@ impl CurvineFuse {
         attr
     }
 
-    /// Attributes of the node `ino` at `path`. The local state is locked across the
-    /// master call so a concurrent flush cannot make the length go back.
-    pub(crate) async fn stat_attr(&self, fs: &CurvineFs, ino: u64, path: &str) -> Result<FileAttr> {
-        let state = self.state(ino);
-        let guard = match &state {
-            Some(s) => Some(s.read().await),
-            None => None,
-        };
-        let st = fs.lstat(path).await.map_err(|e| errno(&e))?;
-        let mut attr = to_attr(&st, self.inodes.ino_of(st.id));
-        if let Some(g) = &guard {
-            if let Some(len) = g.local_len() {
-                apply_local(&mut attr, len, g.mtime_ms);
-            }
-        }
-        Ok(attr)
-    }
-
     /// A lookup reply for `st` found at `path`: the kernel now holds one more reference.
     pub(crate) async fn entry(&self, st: &FileStatus, path: &str) -> ReplyEntry {
         let attr = self.attr_of(st).await;
@@ -263,17 +245,18 @@ impl CurvineFuse {
         }
     }
 
-    /// `lstat` of `path` for a reply to the kernel. The local state of the file this
-    /// mount knows at `path` is held across the master call and applied after it.
-    /// Otherwise a stream closing meanwhile would leave the reply with the length from
-    /// before its data was committed, and the kernel would place the next O_APPEND
-    /// write there, over that data.
+    /// `lstat` of `path` for a reply to the kernel. The local state of node `ino` (the
+    /// one the kernel asks about; by default the one this mount knows at `path`) is held
+    /// across the master call and applied after it. Otherwise a stream closing meanwhile
+    /// would leave the reply with the length from before its data was committed, and
+    /// the kernel would place the next O_APPEND write there, over that data.
     pub(crate) async fn lstat_for_reply(
         &self,
         fs: &CurvineFs,
+        ino: Option<u64>,
         path: &str,
     ) -> std::result::Result<(FileStatus, FileAttr), FsError> {
-        let known = self.inodes.ino_at(path);
+        let known = ino.or_else(|| self.inodes.ino_at(path));
         let state = known.and_then(|ino| self.state(ino));
         let guard = match &state {
             Some(s) => Some(s.read().await),

@@ -62,7 +62,7 @@ impl Filesystem for CurvineFuse {
 
     async fn lookup(&self, req: Request, parent: Inode, name: &OsStr) -> Result<ReplyEntry> {
         let path = self.child_of(parent, name)?;
-        match self.lstat_for_reply(&self.caller(&req), &path).await {
+        match self.lstat_for_reply(&self.caller(&req), None, &path).await {
             Ok((_, attr)) => Ok(self.entry_of(attr, &path)),
             Err(FsError::NotFound { .. }) if !self.opts.negative_ttl.is_zero() => Ok(ReplyEntry {
                 ttl: self.opts.negative_ttl,
@@ -98,7 +98,11 @@ impl Filesystem for CurvineFuse {
         }
         let path = self.path_of(inode)?;
         let started = std::time::Instant::now();
-        let attr = self.stat_attr(&self.caller(&req), inode, &path).await?;
+        let fs = self.caller(&req);
+        let (_, attr) = self
+            .lstat_for_reply(&fs, Some(inode), &path)
+            .await
+            .map_err(e)?;
         self.dir_attrs.fetched(&attr, started);
         Ok(ReplyAttr {
             ttl: self.opts.attr_ttl,
@@ -338,7 +342,7 @@ impl Filesystem for CurvineFuse {
         fs.link(&src, &dst).await.map_err(e)?;
         self.dir_attrs.changed(new_parent);
         // the status of the shared inode, with its new link count
-        let (_, attr) = self.lstat_for_reply(&fs, &dst).await.map_err(e)?;
+        let (_, attr) = self.lstat_for_reply(&fs, None, &dst).await.map_err(e)?;
         Ok(self.entry_of(attr, &dst))
     }
 
@@ -660,7 +664,7 @@ impl Filesystem for CurvineFuse {
             }
             Err(FsError::AlreadyExists { .. }) if flags as i32 & libc::O_EXCL == 0 => {
                 // O_CREAT on an existing file: open it
-                let (st, attr) = self.lstat_for_reply(&fs, &path).await.map_err(e)?;
+                let (st, attr) = self.lstat_for_reply(&fs, None, &path).await.map_err(e)?;
                 if kind(&st) == FileType::Directory {
                     return Err(Errno::from(libc::EISDIR));
                 }
@@ -673,7 +677,8 @@ impl Filesystem for CurvineFuse {
                     }
                 };
                 let attr = if flags as i32 & libc::O_TRUNC != 0 {
-                    self.stat_attr(&fs, entry.attr.ino, &path).await?
+                    let ino = Some(entry.attr.ino);
+                    self.lstat_for_reply(&fs, ino, &path).await.map_err(e)?.1
                 } else {
                     attr
                 };
