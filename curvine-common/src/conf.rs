@@ -83,6 +83,10 @@ pub struct MasterConf {
     pub meta_write_buffer: ByteSize,
     /// RocksDB block cache (index, filter and data blocks of the metadata).
     pub meta_cache: ByteSize,
+    /// Directories whose inode (and the edge naming them) the master keeps decoded in
+    /// memory, so resolving a path reads only its last component from RocksDB.
+    /// 0 = none.
+    pub dir_cache_entries: usize,
     /// Threads of the master's runtime; 0 = one per core.
     pub threads: usize,
     /// Unix socket for clients on the master's host (empty = none). Clients whose
@@ -110,6 +114,7 @@ impl Default for MasterConf {
             replication_timeout: Dur(Duration::from_secs(120)),
             meta_write_buffer: ByteSize(16 << 20),
             meta_cache: ByteSize(16 << 20),
+            dir_cache_entries: 65536,
             threads: 1,
             local_socket: PathBuf::new(),
         }

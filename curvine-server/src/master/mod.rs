@@ -8,6 +8,7 @@
 
 mod attrs;
 pub mod auth;
+mod dircache;
 mod files;
 mod framed;
 mod lease;

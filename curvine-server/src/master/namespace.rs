@@ -350,6 +350,7 @@ impl Namespace {
             &conf.meta_dir,
             conf.meta_write_buffer.0,
             conf.meta_cache.0,
+            conf.dir_cache_entries,
         )?);
         if !store.is_formatted()? {
             format(&store)?;

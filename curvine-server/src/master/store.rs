@@ -10,6 +10,7 @@ use rocksdb::{
     ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB,
 };
 
+use super::dircache::{Cached, DirCache};
 use super::records::{op::Kind, BlockRec, Counters, InodeRec, JournalEntry};
 
 pub const CF_INODES: &str = "inodes";
@@ -68,12 +69,15 @@ fn be_u64(v: &[u8]) -> Option<u64> {
 
 pub struct Store {
     db: DB,
+    /// Directory inodes and the edges naming them, in front of `db`.
+    dirs: DirCache,
 }
 
 impl Store {
     /// Open (creating if needed) the store in `dir`, with at most `write_buffer` bytes
-    /// of memtables (all column families) and a `cache`-byte block cache.
-    pub fn open(dir: &Path, write_buffer: u64, cache: u64) -> FsResult<Store> {
+    /// of memtables (all column families), a `cache`-byte block cache and up to
+    /// `dir_cache` directories held decoded in memory.
+    pub fn open(dir: &Path, write_buffer: u64, cache: u64, dir_cache: usize) -> FsResult<Store> {
         std::fs::create_dir_all(dir)
             .map_err(|e| FsError::io_ctx(format!("create {}", dir.display()), e))?;
         let mut opts = Options::default();
@@ -105,7 +109,10 @@ impl Store {
             });
         let db = DB::open_cf_descriptors(&opts, dir, cfs)
             .map_err(|e| db_err(&format!("open {}", dir.display()), e))?;
-        Ok(Store { db })
+        Ok(Store {
+            db,
+            dirs: DirCache::new(dir_cache),
+        })
     }
 
     fn cf(&self, name: &str) -> FsResult<&rocksdb::ColumnFamily> {
@@ -129,6 +136,18 @@ impl Store {
     }
 
     pub fn inode(&self, id: u64) -> FsResult<Option<InodeRec>> {
+        let gen = match self.dirs.inode(id) {
+            Cached::Hit(i) => return Ok(Some(i)),
+            Cached::Miss(gen) => gen,
+        };
+        let rec = self.inode_uncached(id)?;
+        if let Some(i) = &rec {
+            self.dirs.fill_inode(gen, i);
+        }
+        Ok(rec)
+    }
+
+    fn inode_uncached(&self, id: u64) -> FsResult<Option<InodeRec>> {
         match self.get_raw(CF_INODES, &id.to_be_bytes())? {
             Some(v) => Ok(Some(
                 InodeRec::decode(&*v).map_err(|e| decode_err("inode", e))?,
@@ -153,11 +172,17 @@ impl Store {
     }
 
     pub fn child(&self, parent: u64, name: &str) -> FsResult<Option<u64>> {
-        match self.get_raw(CF_EDGES, &edge_key(parent, name))? {
+        let key = edge_key(parent, name);
+        let gen = match self.dirs.child(&key) {
+            Cached::Hit(c) => return Ok(Some(c)),
+            Cached::Miss(gen) => gen,
+        };
+        match self.get_raw(CF_EDGES, &key)? {
             Some(v) => {
-                Ok(Some(be_u64(&v).ok_or_else(|| {
-                    FsError::internal("metadata store: corrupt edge")
-                })?))
+                let c =
+                    be_u64(&v).ok_or_else(|| FsError::internal("metadata store: corrupt edge"))?;
+                self.dirs.fill_child(gen, &key, c);
+                Ok(Some(c))
             }
             None => Ok(None),
         }
@@ -312,7 +337,24 @@ impl Store {
         }
         let mut wo = WriteOptions::default();
         wo.set_sync(false);
-        self.db.write_opt(b, &wo).map_err(|e| db_err("write", e))
+        let res = self.db.write_opt(b, &wo).map_err(|e| db_err("write", e));
+        // Even a failed write bumps the generation: reads racing it are not kept.
+        let none = JournalEntry::default();
+        self.dirs.applied(if res.is_ok() { entry } else { &none });
+        res
+    }
+
+    /// Every cached directory and edge equals what RocksDB holds.
+    #[cfg(test)]
+    pub fn check_dir_cache(&self) {
+        let (dirs, edges) = self.dirs.snapshot();
+        for d in dirs {
+            assert_eq!(self.inode_uncached(d.id).unwrap(), Some(d), "cached inode");
+        }
+        for (k, c) in edges {
+            let v = self.get_raw(CF_EDGES, &k).unwrap().map(|v| be_u64(&v));
+            assert_eq!(v, Some(Some(c)), "cached edge {k:?}");
+        }
     }
 
     /// Make every write so far durable (one fsync of the WAL).

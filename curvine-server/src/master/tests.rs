@@ -777,3 +777,72 @@ fn complete_keeps_the_writers_mtime() {
     assert!(future >= before && future <= now_ms(), "{future}");
     assert!(done("/now", 0).mtime_ms >= before);
 }
+
+/// Every path and attribute seen under `p`, depth first, by walking names from `p`.
+fn tree(ns: &Namespace, p: &str, out: &mut Vec<String>) {
+    let st = ns.get_status(p, false, &root()).unwrap();
+    out.push(format!(
+        "{p} id={} type={} mode={:o} mtime={} children={}",
+        st.id, st.file_type, st.mode, st.mtime_ms, st.children
+    ));
+    if st.file_type == FileType::Dir as i32 {
+        for n in names(ns, p) {
+            tree(ns, &format!("{}/{n}", p.trim_end_matches('/')), out);
+        }
+    }
+}
+
+#[test]
+fn directory_cache_follows_every_change() {
+    let d = tempfile::tempdir().unwrap();
+    let c = root();
+    let mut seen = Vec::new();
+    {
+        let ns = open(d.path());
+        // A fixed pseudo-random mix of directory changes over a few names, so renames,
+        // exchanges and deletes keep hitting directories the cache holds.
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let names = ["a", "b", "c"];
+        fn path(names: &[&str], next: &mut impl FnMut(u64) -> u64) -> String {
+            let depth = next(3);
+            (0..=depth)
+                .map(|_| names[next(3) as usize])
+                .fold(String::new(), |p, n| p + "/" + n)
+        }
+        for _ in 0..3000 {
+            let (p, q) = (path(&names, &mut next), path(&names, &mut next));
+            let _ = match next(7) {
+                0 | 1 => ns.mkdir(&p, true, 0o755, &c).map(drop),
+                2 => ns.rename(&p, &q, 0, &c).map(drop),
+                3 => ns.rename(&p, &q, RENAME_EXCHANGE, &c).map(drop),
+                4 => ns.delete(&p, true, &c).map(drop),
+                5 => ns
+                    .set_attr(&SetAttrRequest {
+                        path: p.clone(),
+                        mode: Some(0o700 | next(0o100) as u32),
+                        caller: Some(c.clone()),
+                        ..Default::default()
+                    })
+                    .map(drop),
+                _ => ns.get_status(&p, true, &c).map(drop),
+            };
+            ns.store.check_dir_cache();
+        }
+        tree(&ns, "/", &mut seen);
+    }
+    // A fresh master (empty cache) sees the same tree.
+    let ns = open(d.path());
+    let mut cold = Vec::new();
+    tree(&ns, "/", &mut cold);
+    assert_eq!(seen, cold);
+    assert!(
+        seen.len() > 3,
+        "the mix left too little to compare: {seen:?}"
+    );
+}
