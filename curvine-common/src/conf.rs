@@ -124,8 +124,10 @@ impl Default for MasterConf {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct JournalConf {
-    /// Sync the RocksDB WAL before acknowledging a mutation. Concurrent mutations share
-    /// one sync (group commit). Off = faster, but a `kill -9` may lose acknowledged work.
+    /// Sync the RocksDB WAL before acknowledging a mutation, so acknowledged work
+    /// survives a host crash. Concurrent mutations share one sync (group commit). Off =
+    /// faster; acknowledged work still survives `kill -9` of the master (the record is in
+    /// the OS's page cache), but a host crash may lose the last mutations.
     pub sync: bool,
 }
 
