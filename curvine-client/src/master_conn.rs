@@ -92,17 +92,16 @@ impl WriteHalf {
     }
 }
 
-/// Whether `hostport` names this host's loopback interface.
-fn is_loopback(hostport: &str) -> bool {
-    let host = match hostport.rsplit_once(':') {
-        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => hostport,
-    };
+/// The port of `hostport` when it names this host's loopback interface.
+fn loopback_port(hostport: &str) -> Option<u16> {
+    let (host, port) = hostport.rsplit_once(':')?;
+    let port = port.parse::<u16>().ok()?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost")
+    let loopback = host.eq_ignore_ascii_case("localhost")
         || host
             .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+            .is_ok_and(|ip| ip.is_loopback());
+    loopback.then_some(port)
 }
 
 pub(crate) struct Conn {
@@ -126,9 +125,9 @@ impl Drop for Conn {
 
 impl Conn {
     /// Connect to `addr` (`host:port`, an `http://` prefix is ignored) and say hello.
-    /// When `addr` is a loopback address and `local_socket` is given, the master's Unix
-    /// socket is tried first (TCP if it cannot be reached). Any error here means no
-    /// request was sent.
+    /// When `addr` is a loopback address and `local_socket` is given, the Unix socket of
+    /// the master on that port is tried first (TCP if it cannot be reached). Any error
+    /// here means no request was sent.
     pub(crate) async fn open(
         addr: &str,
         token: &str,
@@ -142,7 +141,10 @@ impl Conn {
             .trim_end_matches('/');
         let hello = rpc::hello(token)?;
         let what = format!("hello to master {addr}");
-        let local = match local_socket.filter(|_| is_loopback(hostport)) {
+        let socket = local_socket
+            .zip(loopback_port(hostport))
+            .map(|(base, port)| curvine_common::conf::local_socket_path(base, port));
+        let local = match socket.as_deref() {
             Some(path) => match tokio::time::timeout(timeout, UnixStream::connect(path)).await {
                 Ok(Ok(s)) => Some(s),
                 Ok(Err(e)) => {
@@ -362,5 +364,22 @@ impl Conn {
         if let Some(calls) = self.shared.lock().as_mut() {
             calls.remove(&id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loopback_port;
+
+    #[test]
+    fn only_loopback_addresses_with_a_port_use_the_local_socket() {
+        assert_eq!(loopback_port("127.0.0.1:8995"), Some(8995));
+        assert_eq!(loopback_port("127.0.0.2:9"), Some(9));
+        assert_eq!(loopback_port("[::1]:7"), Some(7));
+        assert_eq!(loopback_port("LocalHost:1"), Some(1));
+        assert_eq!(loopback_port("10.0.0.1:8995"), None);
+        assert_eq!(loopback_port("master.example:8995"), None);
+        assert_eq!(loopback_port("127.0.0.1"), None);
+        assert_eq!(loopback_port("127.0.0.1:99999"), None);
     }
 }

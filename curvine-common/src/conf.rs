@@ -89,8 +89,9 @@ pub struct MasterConf {
     pub dir_cache_entries: usize,
     /// Threads of the master's runtime; 0 = one per core.
     pub threads: usize,
-    /// Unix socket for clients on the master's host (empty = none). Clients whose
-    /// master address is a loopback one connect here instead of over TCP.
+    /// Unix socket for clients on the master's host (empty = none). The master listens
+    /// on this path followed by `.` and its RPC port (see [`local_socket_path`]); clients
+    /// whose master address is a loopback one connect there instead of over TCP.
     pub local_socket: PathBuf,
 }
 
@@ -494,6 +495,15 @@ impl ByteSize {
 
 /// Parse a size: digits with an optional unit B, K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB.
 /// Units are binary (1KB = 1024 bytes), as in the seed benchmarks.
+/// The Unix socket a master on `port` listens on, for `master.local_socket = base`:
+/// `base` followed by `.PORT`. Keyed by port, a client set up for one local master can
+/// never reach another one on the same host through a shared `local_socket` setting.
+pub fn local_socket_path(base: &Path, port: u16) -> PathBuf {
+    let mut p = base.as_os_str().to_os_string();
+    p.push(format!(".{port}"));
+    PathBuf::from(p)
+}
+
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t
@@ -673,6 +683,12 @@ mod tests {
         assert!(e.contains("block_size") || e.contains("12 parsecs"), "{e}");
         let e = ClusterConf::parse("[bogus]\n").unwrap_err().to_string();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn the_local_socket_is_keyed_by_the_masters_port() {
+        let p = local_socket_path(Path::new("/var/tmp/curvine/master.sock"), 8995);
+        assert_eq!(p, Path::new("/var/tmp/curvine/master.sock.8995"));
     }
 
     #[test]

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use common::{block_files, data, runtime, staging_files};
 use curvine_client::{CreateOptions, CurvineFs};
+use curvine_common::conf::local_socket_path;
 use curvine_common::proto::StorageTier;
-use curvine_common::FsError;
+use curvine_common::{ClusterConf, FsError};
 use curvine_server::testing::{wait_until, MiniCluster, TierSpec};
 use tokio::io::AsyncWriteExt;
 
@@ -41,15 +42,18 @@ fn local_clients_use_the_master_socket_and_fall_back_to_tcp() {
     runtime().block_on(async {
         let cluster = MiniCluster::builder().start().await.unwrap();
         let conf = cluster.client_conf();
-        let socket = conf.master.local_socket.clone();
+        let base = conf.master.local_socket.clone();
+        let port: u16 = conf.client.master_addrs[0]
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .unwrap();
+        let socket = local_socket_path(&base, port);
         assert!(socket.exists(), "MiniCluster serves {}", socket.display());
 
-        // a loopback TCP address nothing listens on: only the socket can carry the calls
-        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let dead = closed.local_addr().unwrap().to_string();
-        drop(closed);
+        // 127.0.0.2 is loopback, but the master listens on 127.0.0.1 only: just the
+        // socket can carry these calls
         let mut via_socket = conf.clone();
-        via_socket.client.master_addrs = vec![dead.clone()];
+        via_socket.client.master_addrs = vec![format!("127.0.0.2:{port}")];
         let fs = CurvineFs::connect(via_socket).await.unwrap();
         fs.mkdir("/sock/d", true).await.unwrap();
         fs.write_file("/sock/d/f", b"over the socket")
@@ -57,22 +61,30 @@ fn local_clients_use_the_master_socket_and_fall_back_to_tcp() {
             .unwrap();
         assert_eq!(fs.read_file("/sock/d/f").await.unwrap(), b"over the socket");
 
+        let unreachable = |c: ClusterConf| async move {
+            let err = CurvineFs::connect(c).await.err().expect("no way in");
+            assert!(
+                matches!(err, FsError::Unavailable { .. } | FsError::Timeout { .. }),
+                "{err}"
+            );
+        };
         // the same client with no socket configured has no way in
         let mut tcp_only = conf.clone();
-        tcp_only.client.master_addrs = vec![dead];
+        tcp_only.client.master_addrs = vec![format!("127.0.0.2:{port}")];
         tcp_only.master.local_socket = Default::default();
-        let err = CurvineFs::connect(tcp_only)
-            .await
-            .err()
-            .expect("nothing listens");
-        assert!(
-            matches!(err, FsError::Unavailable { .. } | FsError::Timeout { .. }),
-            "{err}"
-        );
+        unreachable(tcp_only).await;
+        // a client for another local master (a port nothing listens on) with the same
+        // local_socket setting does not end up at this master
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let dead = closed.local_addr().unwrap().to_string();
+        drop(closed);
+        let mut other = conf.clone();
+        other.client.master_addrs = vec![dead];
+        unreachable(other).await;
 
         // a socket path that is gone: TCP to the real master
         let mut missing = conf.clone();
-        missing.master.local_socket = socket.with_file_name("no-such.sock");
+        missing.master.local_socket = base.with_file_name("no-such.sock");
         let fs = CurvineFs::connect(missing).await.unwrap();
         assert_eq!(fs.read_file("/sock/d/f").await.unwrap(), b"over the socket");
         cluster.shutdown().await.unwrap();
@@ -84,28 +96,39 @@ fn local_clients_use_the_master_socket_and_fall_back_to_tcp() {
 fn master_refuses_a_socket_in_use_or_a_file_that_is_not_one() {
     runtime().block_on(async {
         let cluster = MiniCluster::builder().start().await.unwrap();
-        let live = cluster.client_conf().master.local_socket.clone();
         let dir = tempfile::tempdir().unwrap();
-        let not_socket = dir.path().join("plain");
-        std::fs::write(&not_socket, b"keep me").unwrap();
-        for (path, why) in [
-            (&live, "another running process"),
-            (&not_socket, "not a socket"),
-        ] {
+        let base = dir.path().join("m.sock");
+        for why in ["another running process", "not a socket"] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let path = local_socket_path(&base, listener.local_addr().unwrap().port());
+            // what holds the path: a live socket (served by this test) or a plain file
+            let _live = if why == "not a socket" {
+                std::fs::write(&path, b"keep me").unwrap();
+                None
+            } else {
+                Some(std::os::unix::net::UnixListener::bind(&path).unwrap())
+            };
             let mut conf = cluster.client_conf();
             conf.master.meta_dir = dir.path().join("meta");
-            conf.master.local_socket = path.clone();
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            conf.master.local_socket = base.clone();
             let cancel = tokio_util::sync::CancellationToken::new();
             let err = curvine_server::master::run(conf, listener, cancel)
                 .await
-                .expect_err("second master must not start");
-            assert!(err.to_string().contains(why), "{err}");
+                .expect_err("the master must not start");
+            let msg = err.to_string();
+            assert!(
+                msg.contains(why) && msg.contains(&*path.to_string_lossy()),
+                "{msg}"
+            );
+            assert!(
+                path.exists(),
+                "the refused master left {} alone",
+                path.display()
+            );
+            if why == "not a socket" {
+                assert_eq!(std::fs::read(&path).unwrap(), b"keep me");
+            }
         }
-        assert_eq!(std::fs::read(&not_socket).unwrap(), b"keep me");
-        // the first master still serves its clients over the socket
-        let fs = CurvineFs::connect(cluster.client_conf()).await.unwrap();
-        fs.write_file("/still", b"ok").await.unwrap();
         cluster.shutdown().await.unwrap();
     });
 }

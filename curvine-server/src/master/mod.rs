@@ -51,10 +51,17 @@ pub async fn run(
     listener: TcpListener,
     cancel: CancellationToken,
 ) -> FsResult<()> {
+    let addr = listener
+        .local_addr()
+        .map_err(|e| FsError::io_ctx("master listener address", e))?;
     // taken first: a socket another master serves stops this one before it opens anything
     let local = match &conf.master.local_socket {
         p if p.as_os_str().is_empty() => None,
-        p => Some((p.clone(), framed::bind_local_socket(p)?)),
+        p => {
+            let path = curvine_common::conf::local_socket_path(p, addr.port());
+            let listener = framed::bind_local_socket(&path)?;
+            Some((path, listener))
+        }
     };
     let mconf = conf.master.clone();
     let sync = conf.journal.sync;
@@ -63,9 +70,6 @@ pub async fn run(
         .await
         .map_err(|e| FsError::internal(format!("open namespace: {e}")))??;
     let ns = Arc::new(ns);
-    let addr = listener
-        .local_addr()
-        .map_err(|e| FsError::io_ctx("master listener address", e))?;
     info!(%addr, cluster_id = %ns.cluster_id(), "master serving");
 
     let tasks = TaskTracker::new();

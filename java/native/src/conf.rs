@@ -1,6 +1,6 @@
 //! Hadoop configuration -> `ClusterConf`: every `[client]` key can be given as
 //! `fs.cv.<key>` (Java strips the prefix), plus `auth_token` (`[cluster]`) and
-//! `local_socket` (`[master]`: the Unix socket of a master on this host).
+//! `local_socket` (`[master]`: the base path of the Unix sockets of masters on this host).
 //! `master_addrs` is comma-separated. Values are checked by `ClusterConf` itself, so
 //! the TOML rules (sizes, durations, tiers) apply unchanged.
 

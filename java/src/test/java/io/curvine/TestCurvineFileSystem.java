@@ -302,8 +302,8 @@ public class TestCurvineFileSystem {
     Configuration conf = cluster.conf();
     conf.set("fs.cv.connect_timeout", "1s");
     conf.set("fs.cv.rpc_retries", "1");
-    // the socket belongs to the running master; this client is for another address
-    conf.set("fs.cv.local_socket", "");
+    // fs.cv.local_socket stays set: the running master's socket is keyed by its own port,
+    // so this client for another port must not reach it
     int port = CurvineCluster.freePort();
     long start = System.nanoTime();
     try {
