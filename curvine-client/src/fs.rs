@@ -348,14 +348,19 @@ impl CurvineFs {
 
     /// Rename with `RENAME_FLAG_*` bits (e.g. no-replace / exchange, as in renameat2).
     pub async fn rename_with_flags(&self, src: &str, dst: &str, flags: u32) -> FsResult<()> {
+        self.rename_stamped(src, dst, flags).await.map(drop)
+    }
+
+    /// `rename_with_flags`, returning the time the master gave the mtime and ctime of
+    /// both parent directories (0 when the rename changed nothing).
+    pub async fn rename_stamped(&self, src: &str, dst: &str, flags: u32) -> FsResult<i64> {
         let req = proto::RenameRequest {
             src: norm(src)?,
             dst: norm(dst)?,
             flags,
             caller: self.caller(),
         };
-        rpc!(self, "rename", Mutation, req).await?;
-        Ok(())
+        Ok(rpc!(self, "rename", Mutation, req).await?.time_ms)
     }
 
     pub async fn delete(&self, path: &str, recursive: bool) -> FsResult<()> {

@@ -310,16 +310,19 @@ impl Filesystem for CurvineFuse {
             // a file open here that is about to be replaced stays readable
             hidden = self.hide_if_open(&fs, &dst).await?;
         }
-        if let Err(err) = fs.rename_with_flags(&src, &dst, flags).await {
-            if let Some((ino, h)) = hidden {
-                self.unhide(&fs, ino, &h, &dst).await;
+        let at = match fs.rename_stamped(&src, &dst, flags).await {
+            Ok(at) => at,
+            Err(err) => {
+                if let Some((ino, h)) = hidden {
+                    self.unhide(&fs, ino, &h, &dst).await;
+                }
+                return Err(e(err));
             }
-            return Err(e(err));
-        }
-        // (a renamed directory's own ctime changes too)
+        };
         for ino in [parent, new_parent] {
-            self.dir_attrs.changed(ino);
+            self.dir_stamped(ino, at);
         }
+        // a renamed directory's own ctime changes too (its mtime does not)
         if let Some(ino) = self.inodes.ino_at(&src) {
             self.dir_attrs.changed(ino);
         }
@@ -339,8 +342,9 @@ impl Filesystem for CurvineFuse {
         let src = self.path_of(inode)?;
         let dst = self.child_of(new_parent, new_name)?;
         let fs = self.caller(&req);
-        fs.link(&src, &dst).await.map_err(e)?;
-        self.dir_attrs.changed(new_parent);
+        let st = fs.link(&src, &dst).await.map_err(e)?;
+        // the master gives the new parent the time it gives the inode's ctime
+        self.dir_stamped(new_parent, st.ctime_ms);
         // the status of the shared inode, with its new link count
         let (_, attr) = self.lstat_for_reply(&fs, None, &dst).await.map_err(e)?;
         Ok(self.entry_of(attr, &dst))

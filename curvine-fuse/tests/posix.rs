@@ -81,6 +81,17 @@ fn directory_times_follow_changes_here_and_elsewhere() {
     assert_eq!(mount(&dir), master(&cv), "after rmdir");
     fs::rename(dir.join("f1"), dir.join("g1")).unwrap();
     assert_eq!(mount(&dir), master(&cv), "after rename");
+    let other = dir.join("other");
+    fs::create_dir(&other).unwrap();
+    let other_cv = format!("{cv}/other");
+    fs::metadata(&other).unwrap();
+    fs::rename(dir.join("g1"), other.join("g1")).unwrap();
+    assert_eq!(mount(&dir), master(&cv), "after a rename out of it");
+    assert_eq!(
+        mount(&other),
+        master(&other_cv),
+        "the other side of that rename"
+    );
     fs::hard_link(dir.join("f3"), dir.join("h3")).unwrap();
     assert_eq!(mount(&dir), master(&cv), "after link");
     // a change made by another client shows within attr_ttl (1 s here)

@@ -134,9 +134,10 @@ impl MasterService for MasterSvc {
     async fn rename(&self, req: Request<RenameRequest>) -> Reply<RenameResponse> {
         fault_rpc!("master.Rename", &req);
         let r = req.into_inner();
-        self.durable(self.ns.rename(&r.src, &r.dst, r.flags, &caller(&r.caller)))
+        let time_ms = self
+            .durable(self.ns.rename(&r.src, &r.dst, r.flags, &caller(&r.caller)))
             .await?;
-        Ok(Response::new(RenameResponse {}))
+        Ok(Response::new(RenameResponse { time_ms }))
     }
 
     async fn delete(&self, req: Request<DeleteRequest>) -> Reply<DeleteResponse> {

@@ -846,3 +846,29 @@ fn directory_cache_follows_every_change() {
         "the mix left too little to compare: {seen:?}"
     );
 }
+
+#[test]
+fn rename_reports_the_time_it_gave_both_parents() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let c = root();
+    for dir in ["/a", "/b"] {
+        ns.mkdir(dir, false, 0o755, &c).unwrap();
+    }
+    touch(&ns, "/a/f", &c);
+    touch(&ns, "/a/h", &c);
+    let times = |p: &str| {
+        let st = ns.get_status(p, true, &c).unwrap();
+        (st.mtime_ms, st.ctime_ms)
+    };
+    std::thread::sleep(Duration::from_millis(5));
+    let (at, _) = ns.rename("/a/f", "/b/g", 0, &c).unwrap();
+    assert!(at > 0);
+    assert_eq!((times("/a"), times("/b")), ((at, at), (at, at)));
+    std::thread::sleep(Duration::from_millis(5));
+    let (at, _) = ns.rename("/a/h", "/b/g", RENAME_EXCHANGE, &c).unwrap();
+    assert_eq!((times("/a"), times("/b")), ((at, at), (at, at)));
+    // changing nothing stamps nothing
+    assert_eq!(ns.rename("/b/g", "/b/g", 0, &c).unwrap().0, 0);
+    assert_eq!(times("/b"), (at, at));
+}

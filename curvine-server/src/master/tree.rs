@@ -280,7 +280,9 @@ impl Namespace {
         Ok(())
     }
 
-    pub fn rename(&self, src: &str, dst: &str, flags: u32, c: &CallerInfo) -> FsResult<((), u64)> {
+    /// Rename `src` to `dst`; returns the time stamped on both parent directories (0 when
+    /// nothing changed).
+    pub fn rename(&self, src: &str, dst: &str, flags: u32, c: &CallerInfo) -> FsResult<(i64, u64)> {
         if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
             || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
         {
@@ -299,7 +301,7 @@ impl Namespace {
                 .clone()
                 .ok_or_else(|| FsError::invalid("cannot rename onto /"))?;
             if s.path == d.path {
-                return Ok(());
+                return Ok(0);
             }
             check(c, &sdir, 3, &s.parent_path())?;
             check(c, &ddir, 3, &d.parent_path())?;
@@ -319,7 +321,7 @@ impl Namespace {
                 }
                 if dino.id == sino.id {
                     // Two names of one file: POSIX says do nothing.
-                    return Ok(());
+                    return Ok(0);
                 }
                 check_sticky(c, &ddir, dino, &d.path)?;
                 match (is_dir(&sino), is_dir(dino)) {
@@ -351,11 +353,11 @@ impl Namespace {
             moved.ctime_ms = txn.now;
             txn.put_inode(moved);
             debug!(src = %s.path, dst = %d.path, "rename");
-            Ok(())
+            Ok(txn.now)
         })
     }
 
-    fn exchange(&self, txn: &mut Txn<'_>, s: &Walk, d: &Walk, c: &CallerInfo) -> FsResult<()> {
+    fn exchange(&self, txn: &mut Txn<'_>, s: &Walk, d: &Walk, c: &CallerInfo) -> FsResult<i64> {
         let sino = s.existing()?.clone();
         let dino = d.existing()?.clone();
         let (sdir, ddir) = (s.dir()?.clone(), d.dir()?.clone());
@@ -367,7 +369,7 @@ impl Namespace {
             )));
         }
         if sino.id == dino.id {
-            return Ok(());
+            return Ok(0);
         }
         txn.put_edge(sdir.id, &s.name, dino.id);
         txn.put_edge(ddir.id, &d.name, sino.id);
@@ -382,6 +384,6 @@ impl Namespace {
             p.ctime_ms = txn.now;
             txn.put_inode(p);
         }
-        Ok(())
+        Ok(txn.now)
     }
 }
