@@ -1,6 +1,7 @@
 //! RocksDB store: column families `inodes`, `edges`, `blocks`, `worker_blocks`, `meta`.
-//! Reads go straight to RocksDB (thread safe); writes only through `apply`, which turns
-//! one journal entry into one atomic `WriteBatch`.
+//! Reads go to RocksDB (thread safe), directories through an in-memory cache in front
+//! (`dircache`); writes only through `apply`, which turns one journal entry into one
+//! atomic `WriteBatch` and then brings the cache up to date.
 
 use std::path::Path;
 
