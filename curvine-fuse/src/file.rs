@@ -2,14 +2,17 @@
 //! once committed), so the mount keeps, for every file open for writing:
 //!
 //! - `Clean`: Curvine holds the content; reads go to Curvine.
-//! - `Streaming`: an `FsWriter` at the end of the file. Writes at its position (or past
-//!   it: the gap is zero-filled) go straight to the workers — the fast path of
-//!   sequential writers (fio, cp, loaders, log appenders).
+//! - `Streaming`: an `FsWriter` at the end of the file. Writes at its position go
+//!   straight to the workers — the fast path of sequential writers (fio, cp, loaders,
+//!   log appenders). A write a little past it waits in `ahead` for the bytes before it:
+//!   with the kernel's writeback cache, page writes of one file arrive in parallel and
+//!   out of order. A gap still open when the stream must settle is zero-filled.
 //! - `Dirty`: any other write (overwrite, truncate to a middle, write then read) moves the
 //!   whole content into a `DirtyBuf`; reads are served from it and flush uploads it.
 //!
 //! Every state change that alters Curvine's copy bumps `gen`, so open readers reopen.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -18,6 +21,17 @@ use curvine_common::FsResult;
 use tracing::debug;
 
 use crate::dirty::DirtyBuf;
+
+/// At most this many bytes of one file wait for the bytes before them.
+const AHEAD_MAX: usize = 32 << 20;
+
+/// Whether `[off, end)` overlaps one of the waiting writes `ahead`.
+fn overlaps(ahead: &BTreeMap<u64, Vec<u8>>, off: u64, end: u64) -> bool {
+    ahead
+        .range(..end)
+        .next_back()
+        .is_some_and(|(o, d)| o + d.len() as u64 > off)
+}
 
 pub enum Content {
     Clean,
@@ -41,6 +55,10 @@ pub struct FileState {
     fresh: bool,
     /// The status of the last fresh stream closed, not yet taken by `take_written`.
     written: Option<FileStatus>,
+    /// While streaming: writes past the writer's position, by offset, waiting for the
+    /// bytes before them (none overlap); `ahead_bytes` is their total size.
+    ahead: BTreeMap<u64, Vec<u8>>,
+    ahead_bytes: usize,
     spill_dir: PathBuf,
 }
 
@@ -60,8 +78,23 @@ impl FileState {
             zero_tail: 0,
             fresh: false,
             written: None,
+            ahead: BTreeMap::new(),
+            ahead_bytes: 0,
             spill_dir,
         }
+    }
+
+    /// Write every waiting write in order, zero-filling the gaps before them.
+    async fn settle_ahead(&mut self) -> FsResult<()> {
+        let Content::Streaming(w) = &mut self.content else {
+            return Ok(());
+        };
+        self.ahead_bytes = 0;
+        for (off, data) in std::mem::take(&mut self.ahead) {
+            w.write_zeros(off.saturating_sub(w.pos())).await?;
+            w.write(&data).await?;
+        }
+        Ok(())
     }
 
     pub fn is_clean(&self) -> bool {
@@ -72,7 +105,13 @@ impl FileState {
     pub fn local_len(&self) -> Option<u64> {
         match &self.content {
             Content::Clean => None,
-            Content::Streaming(w) => Some(w.pos().max(self.zero_tail)),
+            Content::Streaming(w) => {
+                let ahead_end = self
+                    .ahead
+                    .last_key_value()
+                    .map_or(0, |(o, d)| o + d.len() as u64);
+                Some(w.pos().max(self.zero_tail).max(ahead_end))
+            }
             Content::Dirty(d) => Some(d.len()),
         }
     }
@@ -99,7 +138,34 @@ impl FileState {
             match &mut self.content {
                 Content::Streaming(w) => {
                     let pos = w.pos();
-                    if off >= pos {
+                    let end = off + data.len() as u64;
+                    if off == pos {
+                        w.write(data).await?;
+                        // writes that arrived early follow on
+                        while let Some(e) = self.ahead.first_entry() {
+                            if *e.key() != w.pos() {
+                                break;
+                            }
+                            let d = e.remove();
+                            self.ahead_bytes -= d.len();
+                            w.write(&d).await?;
+                        }
+                        return Ok(());
+                    }
+                    if off > pos
+                        && self.ahead_bytes + data.len() <= AHEAD_MAX
+                        && !overlaps(&self.ahead, off, end)
+                    {
+                        self.ahead.insert(off, data.to_vec());
+                        self.ahead_bytes += data.len();
+                        return Ok(());
+                    }
+                    if !self.ahead.is_empty() {
+                        // no room, or an overlap: settle, then look again
+                        self.settle_ahead().await?;
+                        continue;
+                    }
+                    if off > pos {
                         w.write_zeros(off - pos).await?;
                         return w.write(data).await;
                     }
@@ -147,6 +213,7 @@ impl FileState {
         loop {
             match &mut self.content {
                 Content::Dirty(d) => return d.set_len(len),
+                Content::Streaming(_) if !self.ahead.is_empty() => self.settle_ahead().await?,
                 Content::Streaming(w) => {
                     if len >= w.pos() {
                         self.zero_tail = len;
@@ -190,7 +257,16 @@ impl FileState {
     }
 
     async fn close_stream(&mut self) -> FsResult<()> {
+        let settled = self.settle_ahead().await;
         if let Content::Streaming(w) = &mut self.content {
+            if let Err(e) = settled {
+                // the stream is broken: report it, as a failed close would be
+                self.content = Content::Clean;
+                self.gen += 1;
+                self.zero_tail = 0;
+                self.fresh = false;
+                return Err(e);
+            }
             // a length set past the writer stays a hole of zeros
             w.extend_to(self.zero_tail);
             // the mtime this mount reported while writing stays the file's (the kernel
@@ -209,5 +285,73 @@ impl FileState {
             res?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use curvine_server::testing::MiniCluster;
+
+    fn chunk(i: u64) -> Vec<u8> {
+        (0..64 * 1024u64)
+            .map(|j| (i * 31 + j % 251) as u8)
+            .collect()
+    }
+
+    #[test]
+    fn early_writes_wait_for_the_bytes_before_them() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let cluster = MiniCluster::builder().start().await.unwrap();
+            let fs = CurvineFs::connect(cluster.client_conf()).await.unwrap();
+            let new_state = |w| {
+                let mut s = FileState::new(std::env::temp_dir());
+                s.start_stream(w);
+                s
+            };
+            const C: u64 = 64 * 1024;
+
+            // out of order, as writeback delivers pages: one stream all the same
+            let mut s = new_state(fs.create("/ahead", false).await.unwrap());
+            let mut want = Vec::new();
+            for i in [0u64, 2, 1, 3, 5, 4, 7, 6] {
+                s.write(&fs, "/ahead", i * C, &chunk(i)).await.unwrap();
+                assert!(matches!(s.content, Content::Streaming(_)), "chunk {i}");
+            }
+            for i in 0..8 {
+                want.extend(chunk(i));
+            }
+            assert_eq!(s.local_len(), Some(8 * C));
+            s.flush(&fs, "/ahead").await.unwrap();
+            assert!(s.take_written().is_some(), "written as one fresh stream");
+            assert!(fs.read_file("/ahead").await.unwrap() == want);
+
+            // a gap nobody fills reads as zeros; the length counts the early write
+            let mut s = new_state(fs.create("/gap", false).await.unwrap());
+            s.write(&fs, "/gap", 0, &chunk(0)).await.unwrap();
+            s.write(&fs, "/gap", 2 * C, &chunk(2)).await.unwrap();
+            assert_eq!(s.local_len(), Some(3 * C));
+            s.flush(&fs, "/gap").await.unwrap();
+            let mut want = chunk(0);
+            want.extend(vec![0u8; C as usize]);
+            want.extend(chunk(2));
+            assert!(fs.read_file("/gap").await.unwrap() == want);
+
+            // a second write over an early one: the later bytes win
+            let mut s = new_state(fs.create("/again", false).await.unwrap());
+            s.write(&fs, "/again", C, &chunk(1)).await.unwrap();
+            s.write(&fs, "/again", C, &chunk(9)).await.unwrap();
+            s.write(&fs, "/again", 0, &chunk(0)).await.unwrap();
+            s.flush(&fs, "/again").await.unwrap();
+            let mut want = chunk(0);
+            want.extend(chunk(9));
+            assert!(fs.read_file("/again").await.unwrap() == want);
+            cluster.shutdown().await.unwrap();
+        });
     }
 }
