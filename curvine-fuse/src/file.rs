@@ -101,6 +101,17 @@ impl FileState {
         matches!(self.content, Content::Clean)
     }
 
+    /// While a stream is open, take `mtime_ms` as the file's mtime: it is written with
+    /// the stream at close. False (nothing kept) when no stream is open.
+    pub fn keep_mtime(&mut self, mtime_ms: i64) -> bool {
+        if let Content::Streaming(_) = self.content {
+            self.mtime_ms = mtime_ms;
+            true
+        } else {
+            false
+        }
+    }
+
     /// The file's length as this mount sees it, when it differs from Curvine's.
     pub fn local_len(&self) -> Option<u64> {
         match &self.content {

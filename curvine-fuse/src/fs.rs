@@ -281,6 +281,22 @@ impl CurvineFuse {
 
     // ---------- per-inode state and handles ----------
 
+    /// In writeback mode the kernel keeps the mtime of a file it writes and sends it (a
+    /// SETATTR of the times alone) as it writes pages back, last of all at close. For a
+    /// file this mount is streaming, that time stays with the stream and is written at
+    /// close: completing the stream first would split the file into several streams,
+    /// and lose the record that the kernel's pages are the whole file. True when the
+    /// time was kept so.
+    pub(crate) async fn keep_kernel_mtime(&self, ino: u64, mtime_ms: i64) -> bool {
+        if !self.opts.writeback_cache {
+            return false;
+        }
+        match self.state(ino) {
+            Some(state) => state.write().await.keep_mtime(mtime_ms),
+            None => false,
+        }
+    }
+
     fn state(&self, ino: u64) -> Option<StateRef> {
         lock(&self.files).get(&ino).map(|s| s.state.clone())
     }

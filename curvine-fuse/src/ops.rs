@@ -120,6 +120,23 @@ impl Filesystem for CurvineFuse {
         self.check_writable()?;
         let path = self.path_of(inode)?;
         let fs = self.caller(&req);
+        let times_only = set.size.is_none()
+            && set.mode.is_none()
+            && set.uid.is_none()
+            && set.gid.is_none()
+            && set.atime.is_none();
+        if let (true, Some(mtime)) = (times_only, set.mtime) {
+            if self.keep_kernel_mtime(inode, ms(mtime)).await {
+                let (_, attr) = self
+                    .lstat_for_reply(&fs, Some(inode), &path)
+                    .await
+                    .map_err(e)?;
+                return Ok(ReplyAttr {
+                    ttl: self.opts.attr_ttl,
+                    attr,
+                });
+            }
+        }
         if let Some(size) = set.size {
             self.set_len(inode, size).await?;
         }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::Duration;
 
-use common::{errno_of, is_mounted, shared, spawn_daemon, wait_for};
+use common::{data, errno_of, is_mounted, shared, spawn_daemon, wait_for, write_conf};
 
 /// A daemon of this test; stopped (and its mount detached) even when the test fails.
 struct Daemon {
@@ -20,7 +20,11 @@ struct Daemon {
 
 impl Daemon {
     fn start(mnt: &Path, args: &[&str]) -> Daemon {
-        let child = spawn_daemon(&shared().conf_file, mnt, args);
+        Daemon::start_with(&shared().conf_file, mnt, args)
+    }
+
+    fn start_with(conf: &Path, mnt: &Path, args: &[&str]) -> Daemon {
+        let child = spawn_daemon(conf, mnt, args);
         let d = Daemon {
             child: Some(child),
             mnt: mnt.to_path_buf(),
@@ -117,4 +121,53 @@ fn read_only_mount_refuses_writes() {
         .open(mnt.join("f"))
         .unwrap_err();
     assert_eq!(errno_of(&err), libc::EROFS);
+}
+
+/// Pages of `path` in the kernel's page cache, and the file's pages in all.
+fn resident_pages(path: &Path) -> (usize, usize) {
+    use std::os::fd::AsRawFd;
+    let f = fs::File::open(path).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    let page = 4096;
+    let pages = len.div_ceil(page);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: a read-only shared mapping of a file we hold open, unmapped before return;
+    // mincore writes one byte per page into `vec`, which has one per page.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED, "mmap {}", path.display());
+        let rc = libc::mincore(p, len, vec.as_mut_ptr());
+        libc::munmap(p, len);
+        assert_eq!(rc, 0, "mincore");
+    }
+    (vec.iter().filter(|b| *b & 1 == 1).count(), pages)
+}
+
+#[test]
+fn writeback_mount_keeps_written_pages_for_the_first_read() {
+    let (t, mnt) = fresh_mount_point("wb");
+    let conf = t.path().join("wb.toml");
+    write_conf(&shared().cluster, &conf, "writeback_cache = true");
+    let _d = Daemon::start_with(&conf, &mnt, &[]);
+    fs::create_dir_all(mnt.join("wb")).unwrap();
+    let p = mnt.join("wb/f");
+    let body = data(4 << 20, 17);
+    fs::write(&p, &body).unwrap();
+    // the open that follows the write is answered with FOPEN_KEEP_CACHE: the kernel's
+    // pages of the write are the file, so none are dropped
+    let (resident, pages) = resident_pages(&p);
+    assert_eq!(resident, pages, "pages kept after the write");
+    assert!(fs::read(&p).unwrap() == body);
+    let cv = shared()
+        .rt
+        .block_on(shared().fs.read_file("/wb/f"))
+        .unwrap();
+    assert!(cv == body, "the cluster holds what was written");
 }
