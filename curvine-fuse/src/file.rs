@@ -270,14 +270,6 @@ impl FileState {
     async fn close_stream(&mut self) -> FsResult<()> {
         let settled = self.settle_ahead().await;
         if let Content::Streaming(w) = &mut self.content {
-            if let Err(e) = settled {
-                // the stream is broken: report it, as a failed close would be
-                self.content = Content::Clean;
-                self.gen += 1;
-                self.zero_tail = 0;
-                self.fresh = false;
-                return Err(e);
-            }
             // a length set past the writer stays a hole of zeros
             w.extend_to(self.zero_tail);
             // the mtime this mount reported while writing stays the file's (the kernel
@@ -285,11 +277,15 @@ impl FileState {
             w.set_mtime(self.mtime_ms);
             self.zero_tail = 0;
             let fresh = std::mem::take(&mut self.fresh);
-            let res = w.close().await.map(|st| {
-                if fresh {
-                    self.written = Some(st);
-                }
-            });
+            // a writer that failed to take the early writes is not closed as complete
+            let res = match settled {
+                Ok(()) => w.close().await.map(|st| {
+                    if fresh {
+                        self.written = Some(st);
+                    }
+                }),
+                Err(e) => Err(e),
+            };
             // a failed writer is not retried: its error is the result of this flush
             self.content = Content::Clean;
             self.gen += 1;
