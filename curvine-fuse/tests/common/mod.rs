@@ -147,7 +147,10 @@ fn start() -> Shared {
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).expect("mkdir mnt");
     let conf_file = dir.path().join("cluster.toml");
-    write_conf(&cluster, &conf_file, "");
+    // extra [fuse] lines run the suites on another kind of mount, e.g.
+    // CURVINE_FUSE_TEST_CONF='writeback_cache = true'
+    let extra = std::env::var("CURVINE_FUSE_TEST_CONF").unwrap_or_default();
+    write_conf(&cluster, &conf_file, &extra);
     *MNT.lock().expect("mnt lock") = Some(mnt.clone());
     // SAFETY: registering a plain extern "C" fn.
     unsafe {
