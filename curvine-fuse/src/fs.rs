@@ -61,6 +61,8 @@ impl Version {
     }
 }
 
+/// `open` reply flag: reads and writes of this handle skip the kernel's page cache.
+pub(crate) const FOPEN_DIRECT_IO: u32 = 1 << 0;
 /// `open` reply flag: keep the file's pages in the kernel's cache.
 pub(crate) const FOPEN_KEEP_CACHE: u32 = 1 << 1;
 
@@ -383,7 +385,7 @@ impl CurvineFuse {
                     return Err(errno(&e));
                 }
             }
-            return Ok((self.new_handle(ino, true), 0));
+            return Ok((self.new_handle(ino, true), self.write_open_flags(flags)));
         }
         let gen = {
             let s = state.read().await;
@@ -410,6 +412,21 @@ impl CurvineFuse {
         h.block_size.store(bs, Ordering::Relaxed);
         *h.lane(0, gen).reader.lock().await = Some(reader);
         Ok((fh, if keep { FOPEN_KEEP_CACHE } else { 0 }))
+    }
+
+    /// Reply flags for a handle opened for writing. Without the writeback cache, the
+    /// kernel copies each write into page-cache pages and sends those; the pages were
+    /// never used afterwards (the next open drops them), yet the copy into new pages
+    /// cost as much CPU as the daemon's write into the block. A write-only handle cannot
+    /// read or be mapped, so it goes straight to the daemon instead. The kernel drops
+    /// cached pages of the range such a write covers, so other handles still read it.
+    pub(crate) fn write_open_flags(&self, flags: u32) -> u32 {
+        let write_only = flags as i32 & libc::O_ACCMODE == libc::O_WRONLY;
+        if write_only && !self.opts.writeback_cache {
+            FOPEN_DIRECT_IO
+        } else {
+            0
+        }
     }
 
     fn forget_cached(&self, ino: u64) {

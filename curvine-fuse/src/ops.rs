@@ -680,7 +680,7 @@ impl Filesystem for CurvineFuse {
                     attr: entry.attr,
                     generation: 0,
                     fh,
-                    flags: 0,
+                    flags: self.write_open_flags(flags),
                 })
             }
             Err(FsError::AlreadyExists { .. }) if flags as i32 & libc::O_EXCL == 0 => {

@@ -230,6 +230,40 @@ fn read_sees_unclosed_writes_of_another_handle() {
     assert_eq!(fs::read(&p).unwrap(), b"Jello world");
 }
 
+/// A write-only handle bypasses the kernel's page cache; a reader holding cached pages
+/// of the same file must still see its appends and overwrites (the kernel drops the
+/// pages a direct write covers), as must a reader that opens afterwards.
+#[test]
+fn reader_with_cached_pages_sees_a_write_only_handle() {
+    let (dir, _) = test_dir("wronly");
+    let p = dir.join("f");
+    let first = data(10_000, 41);
+    let mut w = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    w.write_all(&first).unwrap();
+    let r = File::open(&p).unwrap();
+    let mut buf = vec![0u8; 64 << 10];
+    let n = r.read_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf[..n], &first[..], "first read");
+
+    let more = data(5_000, 42);
+    w.write_all(&more).unwrap();
+    w.write_all_at(b"overwritten", 4_100).unwrap();
+    let mut want = first.clone();
+    want.extend_from_slice(&more);
+    want[4_100..4_111].copy_from_slice(b"overwritten");
+    let n = r.read_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf[..n], &want[..], "the same reader, before close");
+    drop(w);
+    let n = r.read_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf[..n], &want[..], "the same reader, after close");
+    assert_eq!(fs::read(&p).unwrap(), want, "a new reader");
+}
+
 /// Random writes (inside, across and past the end), reads and truncates on the mount and
 /// on a local file; every read and the final content must match byte for byte.
 #[test]
