@@ -291,8 +291,12 @@ impl BlockStore {
         let free: Vec<String> = g.tiers[start..]
             .iter()
             .map(|t| {
+                let disk = match fs_free_bytes(&t.dir) {
+                    Ok(f) => format!("; its filesystem has {f}"),
+                    Err(e) => format!("; {e}"),
+                };
                 format!(
-                    "{} {} free of {}",
+                    "{} {} free of {}{disk}",
                     t.tier.name(),
                     t.capacity.saturating_sub(t.used()),
                     t.capacity

@@ -159,3 +159,80 @@ fn bad_data_dir_entry_is_named() {
     let e = open_store(&conf, "w".into()).unwrap_err();
     assert!(e.to_string().contains("plainfile"), "{e}");
 }
+
+/// A small tmpfs mounted at `dir` for the life of the value (root only).
+struct SmallFs(std::path::PathBuf);
+
+impl SmallFs {
+    #[allow(unsafe_code)]
+    fn mount(dir: &std::path::Path, size: &str) -> std::io::Result<SmallFs> {
+        use std::ffi::CString;
+        use std::os::unix::ffi::OsStrExt;
+        std::fs::create_dir_all(dir)?;
+        let target = CString::new(dir.as_os_str().as_bytes()).expect("no NUL");
+        let opts = CString::new(format!("size={size}")).expect("no NUL");
+        // SAFETY: every pointer is a valid NUL-terminated string that outlives the call.
+        let rc = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                opts.as_ptr().cast(),
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(SmallFs(dir.to_path_buf()))
+    }
+}
+
+impl Drop for SmallFs {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        use std::os::unix::ffi::OsStrExt;
+        let target = std::ffi::CString::new(self.0.as_os_str().as_bytes()).expect("no NUL");
+        // SAFETY: a valid NUL-terminated path.
+        unsafe {
+            libc::umount2(target.as_ptr(), libc::MNT_DETACH);
+        }
+    }
+}
+
+/// A tier whose filesystem holds less than its configured capacity takes no more than
+/// the filesystem has: the write goes to the next tier, or fails with a no-space error
+/// that names the filesystem's room, instead of failing halfway with ENOSPC.
+#[test]
+#[allow(unsafe_code)]
+fn a_tier_never_promises_more_than_its_filesystem_has() {
+    let tmp = tempfile::tempdir().unwrap();
+    let small = match SmallFs::mount(&tmp.path().join("t0"), "1m") {
+        Ok(m) => m,
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) && unsafe { libc::geteuid() } != 0 => {
+            return eprintln!("skipped: mounting a tmpfs needs root ({e})");
+        }
+        Err(e) => panic!("mount a 1 MiB tmpfs: {e}"),
+    };
+    let conf = conf_with(tmp.path(), &["MEM:64MB", "SSD:64MB"]);
+    let store = open_store(&conf, "w".into()).unwrap();
+    // 2 MiB fits MEM's accounting (64 MB) but not its filesystem (1 MiB)
+    let big = pattern(2 << 20, 5);
+    assert_eq!(put(&store, 1, &big), StorageTier::Ssd);
+    assert_eq!(store.open_read(1).unwrap().len, big.len() as u64);
+    // what the filesystem can hold still goes to MEM
+    assert_eq!(put(&store, 2, &pattern(256 << 10, 6)), StorageTier::Mem);
+    drop(store);
+
+    // with no tier below, the error says why
+    let mut only = conf_with(tmp.path(), &["MEM:64MB"]);
+    only.worker.data_dir.truncate(1);
+    let store = open_store(&only, "w".into()).unwrap();
+    let e = store
+        .begin_write(3, StorageTier::Unspecified, 2 << 20)
+        .unwrap_err();
+    assert!(matches!(e, FsError::NoSpace { .. }), "{e}");
+    assert!(e.to_string().contains("its filesystem has"), "{e}");
+    drop(store);
+    drop(small);
+}
