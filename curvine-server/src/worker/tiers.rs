@@ -31,10 +31,16 @@ impl Tier {
         self.used().saturating_add(n) <= self.capacity
     }
 
+    /// What the tier reports. A filesystem with less room than the tier has left caps
+    /// the capacity at what it can still take, as reservations do.
     pub fn report(&self) -> TierReport {
+        let capacity = match fs_free_bytes(&self.dir) {
+            Ok(free) => self.capacity.min(self.used().saturating_add(free)),
+            Err(_) => self.capacity,
+        };
         TierReport {
             tier: self.tier as i32,
-            capacity: self.capacity,
+            capacity,
             used: self.used(),
             blocks: self.blocks,
             dir: self.dir.display().to_string(),

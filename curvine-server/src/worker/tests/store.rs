@@ -222,6 +222,14 @@ fn a_tier_never_promises_more_than_its_filesystem_has() {
     assert_eq!(store.open_read(1).unwrap().len, big.len() as u64);
     // what the filesystem can hold still goes to MEM
     assert_eq!(put(&store, 2, &pattern(256 << 10, 6)), StorageTier::Mem);
+    // and the report shows the filesystem's room, not the configured 64 MB
+    let mem = &store.tier_reports()[0];
+    assert!(
+        mem.capacity <= 1 << 20,
+        "MEM reports {} bytes",
+        mem.capacity
+    );
+    assert!(mem.capacity >= mem.used, "{mem:?}");
     drop(store);
 
     // with no tier below, the error says why
