@@ -251,7 +251,7 @@ fn sync_publishes_to_new_readers() {
 /// hole out first, and shrinking into the hole keeps the data.
 #[test]
 fn grown_files_hold_a_hole_of_zeros() {
-    run(1, |s| async move {
+    run(2, |s| async move {
         let fs = &s.fs;
         let path = "/data-hole";
         let head = data(BLOCK + 5, 41);

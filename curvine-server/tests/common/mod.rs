@@ -16,12 +16,26 @@ pub struct Shared {
     pub rt: Runtime,
     pub cluster: MiniCluster,
     pub fs: CurvineFs,
+    /// Workers the cluster was started with.
+    pub workers: usize,
 }
 
 static SHARED: OnceLock<Shared> = OnceLock::new();
 
-/// The binary's cluster (`workers` workers, default tiers), started on first use.
+/// The binary's cluster (`workers` workers, default tiers), started on first use. The
+/// first test to ask decides the count (tests run in any order), so every test of a
+/// binary must ask for the same number.
 pub fn shared(workers: usize) -> &'static Shared {
+    let s = start_shared(workers);
+    assert_eq!(
+        s.workers, workers,
+        "this binary's shared cluster has {} workers; every test must ask for the same count",
+        s.workers
+    );
+    s
+}
+
+fn start_shared(workers: usize) -> &'static Shared {
     SHARED.get_or_init(|| {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(4)
@@ -39,7 +53,12 @@ pub fn shared(workers: usize) -> &'static Shared {
                 .expect("connect");
             (cluster, fs)
         });
-        Shared { rt, cluster, fs }
+        Shared {
+            rt,
+            cluster,
+            fs,
+            workers,
+        }
     })
 }
 
