@@ -60,6 +60,10 @@ pub struct FileState {
     ahead: BTreeMap<u64, Vec<u8>>,
     ahead_bytes: usize,
     spill_dir: PathBuf,
+    /// The errno of a write that failed here. Later writes report it too, rather than
+    /// what the abandoned file looks like by then (the kernel retries the rest of a
+    /// direct write that was cut short); a truncate starts over.
+    pub write_error: Option<i32>,
 }
 
 pub fn now_ms() -> i64 {
@@ -81,6 +85,7 @@ impl FileState {
             ahead: BTreeMap::new(),
             ahead_bytes: 0,
             spill_dir,
+            write_error: None,
         }
     }
 
@@ -221,6 +226,7 @@ impl FileState {
     pub async fn set_len(&mut self, fs: &CurvineFs, path: &str, len: u64) -> FsResult<()> {
         self.mtime_ms = now_ms();
         self.written = None;
+        self.write_error = None;
         loop {
             match &mut self.content {
                 Content::Dirty(d) => return d.set_len(len),
