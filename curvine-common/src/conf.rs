@@ -493,8 +493,6 @@ impl ByteSize {
     }
 }
 
-/// Parse a size: digits with an optional unit B, K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB.
-/// Units are binary (1KB = 1024 bytes), as in the seed benchmarks.
 /// The Unix socket a master on `port` listens on, for `master.local_socket = base`:
 /// `base` followed by `.PORT`. Keyed by port, a client set up for one local master can
 /// never reach another one on the same host through a shared `local_socket` setting.
@@ -504,6 +502,8 @@ pub fn local_socket_path(base: &Path, port: u16) -> PathBuf {
     PathBuf::from(p)
 }
 
+/// Parse a size: digits with an optional unit B, K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB.
+/// Units are binary (1KB = 1024 bytes), as in the seed benchmarks.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t
