@@ -16,7 +16,6 @@ use tracing::{debug, info, warn};
 
 use super::block_store::{ensure_parent, BlockStore};
 use super::layout::{block_file, remove_quiet, sidecar_of, STAGING_DIR};
-use super::tiers::fs_free_bytes;
 
 /// How often the background task checks the watermarks without being woken.
 const EVICT_POLL: Duration = Duration::from_secs(1);
@@ -25,18 +24,10 @@ impl BlockStore {
     /// Reserve `n` bytes in tier `idx`, demoting LRU blocks out of it if needed.
     pub(super) fn reserve_in(&self, idx: usize, n: u64) -> bool {
         loop {
-            // The tier's filesystem may hold less than its configured capacity (other
-            // data on the same disk): a tier it cannot back is full, whatever the
-            // accounting says, or the write would fail halfway with ENOSPC.
-            let dir = self.lock().tiers[idx].dir.clone();
-            let disk_free = fs_free_bytes(&dir).ok();
             let victim = {
                 let mut g = self.lock();
                 let last = idx + 1 == g.tiers.len();
                 let t = &mut g.tiers[idx];
-                if disk_free.is_some_and(|f| f < t.reserved.saturating_add(n)) {
-                    return false;
-                }
                 if t.fits(n) {
                     t.reserved += n;
                     return true;

@@ -27,20 +27,25 @@ impl Tier {
         self.committed + self.reserved
     }
 
-    pub fn fits(&self, n: u64) -> bool {
-        self.used().saturating_add(n) <= self.capacity
+    /// Bytes the tier can hold in all: its capacity, but no more than its committed
+    /// blocks plus what its filesystem still has. Other data on the same disk can leave
+    /// the filesystem short of the tier's share, and a write it cannot back would fail
+    /// halfway with ENOSPC.
+    pub fn usable_capacity(&self) -> u64 {
+        match fs_free_bytes(&self.dir) {
+            Ok(free) => self.capacity.min(self.committed.saturating_add(free)),
+            Err(_) => self.capacity,
+        }
     }
 
-    /// What the tier reports. A filesystem with less room than the tier has left caps
-    /// the capacity at what it can still take, as reservations do.
+    pub fn fits(&self, n: u64) -> bool {
+        self.used().saturating_add(n) <= self.usable_capacity()
+    }
+
     pub fn report(&self) -> TierReport {
-        let capacity = match fs_free_bytes(&self.dir) {
-            Ok(free) => self.capacity.min(self.used().saturating_add(free)),
-            Err(_) => self.capacity,
-        };
         TierReport {
             tier: self.tier as i32,
-            capacity,
+            capacity: self.usable_capacity(),
             used: self.used(),
             blocks: self.blocks,
             dir: self.dir.display().to_string(),
