@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use curvine_client::{CurvineFs, FileStatus, FsWriter};
-use curvine_common::FsResult;
+use curvine_common::{FsError, FsResult};
 use tracing::debug;
 
 use crate::dirty::DirtyBuf;
@@ -60,10 +60,10 @@ pub struct FileState {
     ahead: BTreeMap<u64, Vec<u8>>,
     ahead_bytes: usize,
     spill_dir: PathBuf,
-    /// The errno of a write that failed here. Later writes report it too, rather than
+    /// The error of a write that failed here. Later writes report it too, rather than
     /// what the abandoned file looks like by then (the kernel retries the rest of a
     /// direct write that was cut short); a truncate starts over.
-    pub write_error: Option<i32>,
+    write_error: Option<FsError>,
 }
 
 pub fn now_ms() -> i64 {
@@ -142,6 +142,23 @@ impl FileState {
 
     /// Write `data` at `off` of the file at `path` (`fs` acts for the mount).
     pub async fn write(
+        &mut self,
+        fs: &CurvineFs,
+        path: &str,
+        off: u64,
+        data: &[u8],
+    ) -> FsResult<()> {
+        if let Some(e) = &self.write_error {
+            return Err(e.clone());
+        }
+        let res = self.write_at(fs, path, off, data).await;
+        if let Err(e) = &res {
+            self.write_error = Some(e.clone());
+        }
+        res
+    }
+
+    async fn write_at(
         &mut self,
         fs: &CurvineFs,
         path: &str,
@@ -364,6 +381,50 @@ mod tests {
             let mut want = chunk(0);
             want.extend(chunk(9));
             assert!(fs.read_file("/again").await.unwrap() == want);
+            cluster.shutdown().await.unwrap();
+        });
+    }
+
+    /// After a write fails, later writes report the same error, even once the flush
+    /// has given up the stream and the client has dropped the file; a truncate clears it.
+    #[test]
+    fn a_failed_write_keeps_its_error() {
+        use curvine_server::testing::TierSpec;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            // one 8 MiB block fits, a second does not
+            let cluster = MiniCluster::builder()
+                .tiers(vec![TierSpec {
+                    tier: "MEM",
+                    capacity: 12 << 20,
+                    tmpfs: true,
+                }])
+                .start()
+                .await
+                .unwrap();
+            let fs = CurvineFs::connect(cluster.client_conf()).await.unwrap();
+            let mut s = FileState::new(std::env::temp_dir());
+            s.start_stream(fs.create("/full", false).await.unwrap());
+            let mb = vec![7u8; 1 << 20];
+            let mut off = 0u64;
+            let first = loop {
+                match s.write(&fs, "/full", off, &mb).await {
+                    Ok(()) => off += mb.len() as u64,
+                    Err(e) => break e,
+                }
+                assert!(off <= 16 << 20, "12 MiB of tier took 16 MiB");
+            };
+            assert!(matches!(first, FsError::NoSpace { .. }), "{first}");
+            assert!(s.flush(&fs, "/full").await.is_err());
+            let again = s.write(&fs, "/full", off, &mb).await.unwrap_err();
+            assert_eq!(again.errno(), first.errno(), "{again}");
+            // a truncate starts over (the file is gone, so it fails on its own terms)
+            let _ = s.set_len(&fs, "/full", 0).await;
+            assert!(s.write_error.is_none());
             cluster.shutdown().await.unwrap();
         });
     }

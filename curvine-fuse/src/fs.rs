@@ -511,14 +511,10 @@ impl CurvineFuse {
             // record gone already (a record is only made while the state is clean)
             self.forget_cached(ino);
         }
-        if let Some(code) = s.write_error {
-            return Err(Errno::from(code));
-        }
-        if let Err(e) = s.write(&self.fs, &path, off, data).await {
+        s.write(&self.fs, &path, off, data).await.map_err(|e| {
             warn!(path, off, len = data.len(), error = %e, "write failed");
-            s.write_error = Some(e.errno());
-            return Err(errno(&e));
-        }
+            errno(&e)
+        })?;
         Ok(data.len() as u32)
     }
 
