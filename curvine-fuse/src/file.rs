@@ -323,6 +323,14 @@ mod tests {
     use super::*;
     use curvine_server::testing::MiniCluster;
 
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
     fn chunk(i: u64) -> Vec<u8> {
         (0..64 * 1024u64)
             .map(|j| (i * 31 + j % 251) as u8)
@@ -331,12 +339,7 @@ mod tests {
 
     #[test]
     fn early_writes_wait_for_the_bytes_before_them() {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        runtime().block_on(async {
             let cluster = MiniCluster::builder().start().await.unwrap();
             let fs = CurvineFs::connect(cluster.client_conf()).await.unwrap();
             let new_state = |w| {
@@ -390,12 +393,7 @@ mod tests {
     #[test]
     fn a_failed_write_keeps_its_error() {
         use curvine_server::testing::TierSpec;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        runtime().block_on(async {
             // one 8 MiB block fits, a second does not
             let cluster = MiniCluster::builder()
                 .tiers(vec![TierSpec {
