@@ -118,6 +118,13 @@ extern "C" fn teardown() {
                 }
             }
         }
+        // the shared state lives in a static and is never dropped: remove its temp dir
+        // (conf and mount point) here, once nothing is mounted on it
+        if !is_mounted(&mnt) {
+            if let Some(dir) = mnt.parent() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
     }
 }
 
