@@ -146,7 +146,10 @@ impl Conn {
             .map(|(base, port)| curvine_common::conf::local_socket_path(base, port));
         let local = match socket.as_deref() {
             Some(path) => match tokio::time::timeout(timeout, UnixStream::connect(path)).await {
-                Ok(Ok(s)) => Some(s),
+                Ok(Ok(s)) => {
+                    curvine_common::busy_poll::watch(&s);
+                    Some(s)
+                }
                 Ok(Err(e)) => {
                     debug!(socket = %path.display(), error = %e, "master local socket unusable; using TCP");
                     None

@@ -182,6 +182,7 @@ impl WorkerPool {
 pub(crate) async fn connect(what: &str, addr: &str, timeout: Duration) -> FsResult<TcpStream> {
     let what = format!("connect to {what} {addr}");
     let stream = timed(&what, timeout, TcpStream::connect(addr)).await?;
+    curvine_common::busy_poll::watch(&stream);
     stream
         .set_nodelay(true)
         .map_err(|e| FsError::io_ctx(format!("{what}: set TCP_NODELAY"), e))?;

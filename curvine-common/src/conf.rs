@@ -93,6 +93,9 @@ pub struct MasterConf {
     /// on this path followed by `.` and its RPC port (see [`local_socket_path`]); clients
     /// whose master address is a loopback one connect there instead of over TCP.
     pub local_socket: PathBuf,
+    /// How long an idle runtime thread polls for the next request before it sleeps
+    /// (see [`crate::busy_poll`]); 0 = sleep at once.
+    pub busy_poll: Dur,
 }
 
 impl Default for MasterConf {
@@ -118,6 +121,7 @@ impl Default for MasterConf {
             dir_cache_entries: 65536,
             threads: 1,
             local_socket: PathBuf::new(),
+            busy_poll: Dur(Duration::from_micros(50)),
         }
     }
 }
@@ -175,6 +179,9 @@ pub struct WorkerConf {
     pub scrub_interval: Dur,
     /// Re-replication copies this worker receives at once.
     pub copy_concurrency: u32,
+    /// How long an idle runtime thread polls for the next request before it sleeps
+    /// (see [`crate::busy_poll`]); 0 = sleep at once.
+    pub busy_poll: Dur,
 }
 
 impl WorkerConf {
@@ -211,6 +218,7 @@ impl Default for WorkerConf {
             scrub_rate: ByteSize(32 << 20),
             scrub_interval: Dur(Duration::from_secs(3600)),
             copy_concurrency: 4,
+            busy_poll: Dur(Duration::from_micros(50)),
         }
     }
 }
@@ -328,6 +336,9 @@ pub struct FuseConf {
     /// outgrows memory (unlinked temp files); empty = the system temp dir. A tmpfs
     /// directory makes random writes to large files much cheaper than a disk one.
     pub spill_dir: PathBuf,
+    /// How long an idle runtime thread polls for the next request before it sleeps
+    /// (see [`crate::busy_poll`]); 0 = sleep at once.
+    pub busy_poll: Dur,
 }
 
 impl Default for FuseConf {
@@ -343,6 +354,7 @@ impl Default for FuseConf {
             keep_cache: true,
             read_only: false,
             spill_dir: PathBuf::new(),
+            busy_poll: Dur(Duration::from_micros(50)),
         }
     }
 }

@@ -38,6 +38,7 @@ where
     A: FnOnce(&[u8]) -> bool,
     F: Future<Output = ()>,
 {
+    crate::busy_poll::watch(&stream);
     let info = stream.connect_info();
     let peer = info
         .remote_addr
@@ -59,6 +60,7 @@ pub async fn serve_unix<S, A, F>(
     A: FnOnce(&[u8]) -> bool,
     F: Future<Output = ()>,
 {
+    crate::busy_poll::watch(&stream);
     let info = TcpConnectInfo {
         local_addr: Some(master_addr),
         remote_addr: None,

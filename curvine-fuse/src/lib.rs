@@ -13,7 +13,7 @@ pub mod mount;
 mod ops;
 
 pub use fs::{CurvineFuse, MountOptions};
-pub use mount::{lazy_unmount, mount, prepare_mount_point, tune_read_ahead};
+pub use mount::{fuse_device_fd, lazy_unmount, mount, prepare_mount_point, tune_read_ahead};
 
 use curvine_common::conf::FuseConf;
 use std::path::PathBuf;

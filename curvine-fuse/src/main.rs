@@ -52,6 +52,7 @@ fn main() {
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .thread_name("curvine-fuse")
+        .on_thread_park(curvine_common::busy_poll::before_park)
         .enable_all()
         .build()
     {
@@ -110,6 +111,8 @@ async fn run(args: Args, conf: ClusterConf) -> anyhow::Result<()> {
     let opts = MountOptions::from_conf(&fuse_conf, spill);
 
     let mnt = curvine_fuse::prepare_mount_point(&mnt)?;
+    // before connecting, so the master and worker connections are polled too
+    curvine_common::busy_poll::set(fuse_conf.busy_poll.get());
     let fs = CurvineFs::connect(conf)
         .await
         .context("connect to the master")?;
@@ -117,6 +120,12 @@ async fn run(args: Args, conf: ClusterConf) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("open {}", fuse_conf.fs_path))?;
     let mut handle = curvine_fuse::mount(fuse, &mnt).await?;
+    if curvine_common::busy_poll::global().enabled() {
+        match curvine_fuse::fuse_device_fd() {
+            Some(fd) => curvine_common::busy_poll::global().watch(fd),
+            None => warn!("no /dev/fuse descriptor found; requests are not busy-polled"),
+        }
+    }
     {
         let mnt = mnt.clone();
         tokio::task::spawn_blocking(move || curvine_fuse::tune_read_ahead(&mnt));

@@ -160,9 +160,27 @@ pub fn tune_read_ahead(dir: &Path) {
     }
 }
 
+/// The descriptor this process reads FUSE requests from. fuse3 keeps it private, so it
+/// is found among the process's open files; a daemon serves one mount, so there is one.
+pub fn fuse_device_fd() -> Option<i32> {
+    let dev = Path::new("/dev/fuse");
+    std::fs::read_dir("/proc/self/fd")
+        .ok()?
+        .flatten()
+        .find(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == dev))
+        .and_then(|e| e.file_name().to_str()?.parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fuse_device_is_found_among_open_files() {
+        assert_eq!(fuse_device_fd(), None);
+        let f = std::fs::File::open("/dev/fuse").expect("open /dev/fuse (tests run as root)");
+        assert_eq!(fuse_device_fd(), Some(std::os::fd::AsRawFd::as_raw_fd(&f)));
+    }
 
     #[test]
     fn mountinfo_escapes() {

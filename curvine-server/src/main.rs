@@ -49,8 +49,14 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
     if is_master {
         rt.worker_threads(conf.master_threads());
     }
+    curvine_common::busy_poll::set(if is_master {
+        conf.master.busy_poll.get()
+    } else {
+        conf.worker.busy_poll.get()
+    });
     let rt = rt
         .enable_all()
+        .on_thread_park(curvine_common::busy_poll::before_park)
         .thread_name(if is_master { "master" } else { "worker" })
         .build()
         .context("start tokio runtime")?;

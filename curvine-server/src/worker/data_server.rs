@@ -82,6 +82,7 @@ pub async fn serve(
         };
         match accepted {
             Ok((stream, peer)) => {
+                curvine_common::busy_poll::watch(&stream);
                 let ctx = ctx.clone();
                 let cancel = cancel.clone();
                 tracker.spawn(async move {

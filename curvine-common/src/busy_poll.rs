@@ -1,0 +1,223 @@
+//! Busy polling before a runtime thread sleeps.
+//!
+//! A request answered by a thread that has gone to sleep waits for that thread to be
+//! woken. On a virtual machine that does no idle polling, waking a sleeping vCPU costs
+//! an interrupt and an exit to the host: tens of microseconds, more than a metadata call
+//! or a 4 KiB read costs to serve (bench/README.md, "FUSE → Session 8").
+//!
+//! A server process enables this with the time it may poll (`set`), registers the
+//! descriptors its requests arrive on (`watch`: connections, `/dev/fuse`), and installs
+//! `before_park` as its tokio runtime's `on_thread_park` hook. A runtime thread with
+//! nothing left to run then polls those descriptors for up to that time before it
+//! sleeps, and goes back to work as soon as one is readable or the runtime queues a
+//! task. One thread polls at a time; a process that never calls `set` pays nothing.
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The descriptors to poll and for how long: one per process (`global`), or a private
+/// one in tests.
+pub struct BusyPoll {
+    epfd: AtomicI32,
+    init: Mutex<()>,
+    nanos: AtomicU64,
+    polling: AtomicBool,
+}
+
+static GLOBAL: BusyPoll = BusyPoll::new();
+
+/// The process's set, used by `set`, `watch` and `before_park`.
+pub fn global() -> &'static BusyPoll {
+    &GLOBAL
+}
+
+/// Poll for up to `d` before a runtime thread sleeps (zero turns polling off).
+pub fn set(d: Duration) {
+    GLOBAL.set(d);
+}
+
+/// Poll `fd` too. A no-op while polling is off; a closed descriptor leaves the set by
+/// itself.
+pub fn watch(fd: &impl AsRawFd) {
+    GLOBAL.watch(fd.as_raw_fd());
+}
+
+/// The `on_thread_park` hook.
+pub fn before_park() {
+    GLOBAL.before_park();
+}
+
+impl Default for BusyPoll {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BusyPoll {
+    pub const fn new() -> BusyPoll {
+        BusyPoll {
+            epfd: AtomicI32::new(-1),
+            init: Mutex::new(()),
+            nanos: AtomicU64::new(0),
+            polling: AtomicBool::new(false),
+        }
+    }
+
+    pub fn set(&self, d: Duration) {
+        self.nanos.store(
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.nanos.load(Ordering::Relaxed) > 0
+    }
+
+    /// The epoll instance, made on first use; None if the kernel refused one (polling
+    /// then stays off).
+    #[allow(unsafe_code)]
+    fn epoll(&self) -> Option<RawFd> {
+        let fd = self.epfd.load(Ordering::Acquire);
+        if fd >= 0 {
+            return Some(fd);
+        }
+        let _g = self.init.lock().unwrap_or_else(|p| p.into_inner());
+        let fd = self.epfd.load(Ordering::Acquire);
+        if fd >= 0 {
+            return Some(fd);
+        }
+        // SAFETY: epoll_create1 takes no pointers.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            tracing::warn!(error = %std::io::Error::last_os_error(), "busy polling off: epoll_create1 failed");
+            self.nanos.store(0, Ordering::Relaxed);
+            return None;
+        }
+        self.epfd.store(fd, Ordering::Release);
+        Some(fd)
+    }
+
+    /// Poll `fd` for readability (level-triggered: it counts as long as unread data
+    /// waits). Failures only cost the polling, so they are logged, not returned.
+    #[allow(unsafe_code)]
+    pub fn watch(&self, fd: RawFd) {
+        if !self.enabled() {
+            return;
+        }
+        let Some(epfd) = self.epoll() else { return };
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: `ev` is a valid epoll_event for the duration of the call.
+        if unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+            let e = std::io::Error::last_os_error();
+            // a descriptor number reused before the kernel dropped the old entry
+            if e.raw_os_error() != Some(libc::EEXIST) {
+                tracing::debug!(fd, error = %e, "busy polling: cannot watch descriptor");
+            }
+        }
+    }
+
+    /// Poll until a watched descriptor is readable, the current runtime has a task
+    /// queued from outside its threads, or the time is up. Only one thread polls; the
+    /// others go to sleep at once.
+    #[allow(unsafe_code)]
+    pub fn before_park(&self) {
+        let nanos = self.nanos.load(Ordering::Relaxed);
+        if nanos == 0 || self.polling.swap(true, Ordering::Acquire) {
+            return;
+        }
+        if let Some(epfd) = self.epoll() {
+            let metrics = tokio::runtime::Handle::try_current()
+                .ok()
+                .map(|h| h.metrics());
+            let deadline = Instant::now() + Duration::from_nanos(nanos);
+            let mut ev = [libc::epoll_event { events: 0, u64: 0 }];
+            loop {
+                // SAFETY: `ev` has room for the one event asked for; timeout 0 never blocks.
+                let n = unsafe { libc::epoll_wait(epfd, ev.as_mut_ptr(), 1, 0) };
+                if n != 0
+                    || metrics.as_ref().is_some_and(|m| m.global_queue_depth() > 0)
+                    || Instant::now() >= deadline
+                {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        self.polling.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn polling_stops_when_a_watched_descriptor_is_readable() {
+        let bp = BusyPoll::new();
+        bp.set(Duration::from_secs(30));
+        let (mut a, b) = UnixStream::pair().unwrap();
+        bp.watch(b.as_raw_fd());
+        a.write_all(b"x").unwrap();
+        let t = Instant::now();
+        bp.before_park();
+        // it returned because of the byte, not the 30 s
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn polling_lasts_the_time_set_when_nothing_arrives() {
+        let bp = BusyPoll::new();
+        bp.set(Duration::from_millis(20));
+        let (_a, b) = UnixStream::pair().unwrap();
+        bp.watch(b.as_raw_fd());
+        let t = Instant::now();
+        bp.before_park();
+        assert!(t.elapsed() >= Duration::from_millis(20));
+    }
+
+    #[test]
+    fn off_means_no_polling_and_no_epoll() {
+        let bp = BusyPoll::new();
+        let (_a, b) = UnixStream::pair().unwrap();
+        bp.watch(b.as_raw_fd());
+        assert_eq!(bp.epfd.load(Ordering::Relaxed), -1);
+        let t = Instant::now();
+        bp.before_park();
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert!(!bp.enabled());
+    }
+
+    #[test]
+    fn a_task_queued_from_outside_ends_the_polling() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let _enter = rt.enter();
+        // keep the only worker busy, so the next task stays in the global queue
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        rt.spawn(async move {
+            started_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+        });
+        started_rx.recv().unwrap();
+        rt.spawn(async {});
+        let bp = BusyPoll::new();
+        bp.set(Duration::from_secs(30));
+        let (_a, b) = UnixStream::pair().unwrap();
+        bp.watch(b.as_raw_fd());
+        let t = Instant::now();
+        bp.before_park();
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+        release_tx.send(()).unwrap();
+    }
+}
