@@ -87,8 +87,10 @@ public final class CurvineCluster {
     Path bin = serverBinary();
     Path shm = Paths.get("/dev/shm");
     Path dataRoot = Files.isDirectory(shm) && Files.isWritable(shm) ? shm
-        : Paths.get(System.getProperty("java.io.tmpdir"));
-    Path dir = Files.createTempDirectory("curvine-java-test");
+        : Paths.get("/tmp");
+    // not java.io.tmpdir (target/, see pom.xml): the master's Unix socket lives in this
+    // dir, and a socket path must stay under 108 bytes
+    Path dir = Files.createTempDirectory(Paths.get("/tmp"), "curvine-java-test");
     Path data = Files.createTempDirectory(dataRoot, "curvine-java-test-data");
     int master = freePort();
     int worker = freePort();
