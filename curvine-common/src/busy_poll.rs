@@ -220,4 +220,35 @@ mod tests {
         assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
         release_tx.send(()).unwrap();
     }
+
+    #[test]
+    fn a_runtime_with_the_hook_still_runs_tasks_woken_from_outside() {
+        // installed as on_thread_park, the polling must see the runtime's queue: a task
+        // woken by a blocking-pool thread has to run long before the 30 s are up
+        let bp = std::sync::Arc::new(BusyPoll::new());
+        bp.set(Duration::from_secs(30));
+        let (_a, b) = UnixStream::pair().unwrap();
+        bp.watch(b.as_raw_fd());
+        let hook = bp.clone();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .on_thread_park(move || hook.before_park())
+            .build()
+            .unwrap();
+        let t = Instant::now();
+        rt.block_on(async {
+            let job = tokio::spawn(async {
+                for _ in 0..3 {
+                    tokio::task::spawn_blocking(|| ()).await.unwrap();
+                }
+            });
+            tokio::time::timeout(Duration::from_secs(20), job)
+                .await
+                .expect("tasks stalled behind the polling")
+                .unwrap();
+        });
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+        rt.shutdown_background();
+    }
 }
