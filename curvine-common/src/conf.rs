@@ -377,6 +377,9 @@ impl Default for LogConf {
     }
 }
 
+/// The longest `busy_poll` accepted.
+const MAX_BUSY_POLL: Duration = Duration::from_millis(10);
+
 impl ClusterConf {
     /// Load from `path`, or from `$CURVINE_CONF_FILE` when `path` is `None`.
     pub fn load_default(path: Option<&Path>) -> FsResult<ClusterConf> {
@@ -463,6 +466,19 @@ impl ClusterConf {
         }
         if self.client.frame_size.0 == 0 {
             return Err(FsError::config("client.frame_size must be positive"));
+        }
+        for (key, d) in [
+            ("master.busy_poll", self.master.busy_poll),
+            ("worker.busy_poll", self.worker.busy_poll),
+            ("fuse.busy_poll", self.fuse.busy_poll),
+        ] {
+            // polling is for the gap between two requests; longer only burns a core
+            if d.get() > MAX_BUSY_POLL {
+                return Err(FsError::config(format!(
+                    "{key} must be at most 10ms (0s turns polling off), not {:?}",
+                    d.get()
+                )));
+            }
         }
         Ok(())
     }
@@ -695,6 +711,19 @@ mod tests {
         assert!(e.contains("block_size") || e.contains("12 parsecs"), "{e}");
         let e = ClusterConf::parse("[bogus]\n").unwrap_err().to_string();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn busy_poll_defaults_to_50us_and_is_capped() {
+        let conf = ClusterConf::parse("").unwrap();
+        assert_eq!(conf.master.busy_poll.get(), Duration::from_micros(50));
+        assert_eq!(conf.fuse.busy_poll.get(), Duration::from_micros(50));
+        let conf = ClusterConf::parse("[worker]\nbusy_poll = \"0s\"\n").unwrap();
+        assert_eq!(conf.worker.busy_poll.get(), Duration::ZERO);
+        let e = ClusterConf::parse("[fuse]\nbusy_poll = \"1s\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("fuse.busy_poll") && e.contains("10ms"), "{e}");
     }
 
     #[test]
