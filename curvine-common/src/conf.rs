@@ -336,6 +336,8 @@ pub struct FuseConf {
     /// outgrows memory (unlinked temp files); empty = the system temp dir. A tmpfs
     /// directory makes random writes to large files much cheaper than a disk one.
     pub spill_dir: PathBuf,
+    /// Threads of the daemon's runtime; 0 = one per core (at least 2, at most 8).
+    pub threads: usize,
     /// How long an idle runtime thread polls for the next request before it sleeps
     /// (see [`crate::busy_poll`]); 0 = sleep at once.
     pub busy_poll: Dur,
@@ -354,6 +356,7 @@ impl Default for FuseConf {
             keep_cache: true,
             read_only: false,
             spill_dir: PathBuf::new(),
+            threads: 0,
             busy_poll: Dur(Duration::from_micros(50)),
         }
     }

@@ -45,10 +45,13 @@ fn main() {
     };
     init_log(&conf);
     // one worker per core: more only adds context switches to the request path
-    let workers = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .clamp(2, 8);
+    let workers = match conf.fuse.threads {
+        0 => std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .clamp(2, 8),
+        n => n,
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .thread_name("curvine-fuse")
