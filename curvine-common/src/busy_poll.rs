@@ -13,15 +13,15 @@
 //! task. One thread polls at a time; a process that never calls `set` pays nothing.
 
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// The descriptors to poll and for how long: one per process (`global`), or a private
 /// one in tests.
 pub struct BusyPoll {
-    epfd: AtomicI32,
-    init: Mutex<()>,
+    /// Made on first use; None if the kernel refused one (polling then stays off).
+    epfd: OnceLock<Option<RawFd>>,
     nanos: AtomicU64,
     polling: AtomicBool,
 }
@@ -58,8 +58,7 @@ impl Default for BusyPoll {
 impl BusyPoll {
     pub const fn new() -> BusyPoll {
         BusyPoll {
-            epfd: AtomicI32::new(-1),
-            init: Mutex::new(()),
+            epfd: OnceLock::new(),
             nanos: AtomicU64::new(0),
             polling: AtomicBool::new(false),
         }
@@ -76,28 +75,19 @@ impl BusyPoll {
         self.nanos.load(Ordering::Relaxed) > 0
     }
 
-    /// The epoll instance, made on first use; None if the kernel refused one (polling
-    /// then stays off).
+    /// The epoll instance, made on first use.
     #[allow(unsafe_code)]
     fn epoll(&self) -> Option<RawFd> {
-        let fd = self.epfd.load(Ordering::Acquire);
-        if fd >= 0 {
-            return Some(fd);
-        }
-        let _g = self.init.lock().unwrap_or_else(|p| p.into_inner());
-        let fd = self.epfd.load(Ordering::Acquire);
-        if fd >= 0 {
-            return Some(fd);
-        }
-        // SAFETY: epoll_create1 takes no pointers.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            tracing::warn!(error = %std::io::Error::last_os_error(), "busy polling off: epoll_create1 failed");
-            self.nanos.store(0, Ordering::Relaxed);
-            return None;
-        }
-        self.epfd.store(fd, Ordering::Release);
-        Some(fd)
+        *self.epfd.get_or_init(|| {
+            // SAFETY: epoll_create1 takes no pointers.
+            let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+            if fd < 0 {
+                tracing::warn!(error = %std::io::Error::last_os_error(), "busy polling off: epoll_create1 failed");
+                self.nanos.store(0, Ordering::Relaxed);
+                return None;
+            }
+            Some(fd)
+        })
     }
 
     /// Poll `fd` for readability (level-triggered: it counts as long as unread data
@@ -159,12 +149,19 @@ mod tests {
     use std::io::Write;
     use std::os::unix::net::UnixStream;
 
+    /// A set polling for `d` that watches one end of a socket pair: (set, other end,
+    /// watched end).
+    fn watching(d: Duration) -> (BusyPoll, UnixStream, UnixStream) {
+        let bp = BusyPoll::new();
+        bp.set(d);
+        let (a, b) = UnixStream::pair().unwrap();
+        bp.watch(b.as_raw_fd());
+        (bp, a, b)
+    }
+
     #[test]
     fn polling_stops_when_a_watched_descriptor_is_readable() {
-        let bp = BusyPoll::new();
-        bp.set(Duration::from_secs(30));
-        let (mut a, b) = UnixStream::pair().unwrap();
-        bp.watch(b.as_raw_fd());
+        let (bp, mut a, _b) = watching(Duration::from_secs(30));
         a.write_all(b"x").unwrap();
         let t = Instant::now();
         bp.before_park();
@@ -174,10 +171,7 @@ mod tests {
 
     #[test]
     fn polling_lasts_the_time_set_when_nothing_arrives() {
-        let bp = BusyPoll::new();
-        bp.set(Duration::from_millis(20));
-        let (_a, b) = UnixStream::pair().unwrap();
-        bp.watch(b.as_raw_fd());
+        let (bp, _a, _b) = watching(Duration::from_millis(20));
         let t = Instant::now();
         bp.before_park();
         assert!(t.elapsed() >= Duration::from_millis(20));
@@ -185,10 +179,8 @@ mod tests {
 
     #[test]
     fn off_means_no_polling_and_no_epoll() {
-        let bp = BusyPoll::new();
-        let (_a, b) = UnixStream::pair().unwrap();
-        bp.watch(b.as_raw_fd());
-        assert_eq!(bp.epfd.load(Ordering::Relaxed), -1);
+        let (bp, _a, _b) = watching(Duration::ZERO);
+        assert!(bp.epfd.get().is_none());
         let t = Instant::now();
         bp.before_park();
         assert!(t.elapsed() < Duration::from_secs(5));
@@ -211,10 +203,7 @@ mod tests {
         });
         started_rx.recv().unwrap();
         rt.spawn(async {});
-        let bp = BusyPoll::new();
-        bp.set(Duration::from_secs(30));
-        let (_a, b) = UnixStream::pair().unwrap();
-        bp.watch(b.as_raw_fd());
+        let (bp, _a, _b) = watching(Duration::from_secs(30));
         let t = Instant::now();
         bp.before_park();
         assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
@@ -225,11 +214,8 @@ mod tests {
     fn a_runtime_with_the_hook_still_runs_tasks_woken_from_outside() {
         // installed as on_thread_park, the polling must see the runtime's queue: a task
         // woken by a blocking-pool thread has to run long before the 30 s are up
-        let bp = std::sync::Arc::new(BusyPoll::new());
-        bp.set(Duration::from_secs(30));
-        let (_a, b) = UnixStream::pair().unwrap();
-        bp.watch(b.as_raw_fd());
-        let hook = bp.clone();
+        let (bp, _a, _b) = watching(Duration::from_secs(30));
+        let hook = std::sync::Arc::new(bp);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()

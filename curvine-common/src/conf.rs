@@ -478,7 +478,7 @@ impl ClusterConf {
             // polling is for the gap between two requests; longer only burns a core
             if d.get() > MAX_BUSY_POLL {
                 return Err(FsError::config(format!(
-                    "{key} must be at most 10ms (0s turns polling off), not {:?}",
+                    "{key} must be at most {MAX_BUSY_POLL:?} (0s turns polling off), not {:?}",
                     d.get()
                 )));
             }
