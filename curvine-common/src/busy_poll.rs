@@ -11,10 +11,19 @@
 //! nothing left to run then polls those descriptors for up to that time before it
 //! sleeps, and goes back to work as soon as one is readable or the runtime queues a
 //! task. One thread polls at a time; a process that never calls `set` pays nothing.
+//!
+//! Polling keeps this process's CPU awake, but the reply still has to wake the client,
+//! whose CPU went idle when it started waiting. A process that calls
+//! `keep_a_cpu_awake` (the FUSE daemon) therefore also runs a keeper thread at
+//! `SCHED_IDLE` priority, spinning while requests keep arriving (each within the
+//! polling time of the last). It takes no requests; it only keeps an otherwise idle CPU
+//! from halting, and any other thread that wakes there preempts it at once. It sleeps
+//! as soon as the requests stop, and machines with one CPU get none.
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{LazyLock, OnceLock};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 /// The descriptors to poll and for how long: one per process (`global`), or a private
@@ -24,9 +33,21 @@ pub struct BusyPoll {
     epfd: OnceLock<Option<RawFd>>,
     nanos: AtomicU64,
     polling: AtomicBool,
+    /// When a poller last found a request (`now_nanos`).
+    last_request: AtomicU64,
+    keeper: OnceLock<Thread>,
+    keeper_asleep: AtomicBool,
+    /// The keeper's thread id, once it runs at idle priority (0 before).
+    keeper_tid: std::sync::atomic::AtomicI32,
 }
 
 static GLOBAL: BusyPoll = BusyPoll::new();
+
+/// Nanoseconds since the first call, for timestamps that fit an atomic.
+fn now_nanos() -> u64 {
+    static BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
+    u64::try_from(BASE.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// The process's set, used by `set`, `watch` and `before_park`.
 pub fn global() -> &'static BusyPoll {
@@ -36,6 +57,15 @@ pub fn global() -> &'static BusyPoll {
 /// Poll for up to `d` before a runtime thread sleeps (zero turns polling off).
 pub fn set(d: Duration) {
     GLOBAL.set(d);
+}
+
+/// While polling is on, keep a CPU awake as long as requests arrive (see the module
+/// docs). For the FUSE daemon, whose clients wait in the kernel on the same machine; a
+/// keeper in the master and the workers made FUSE metadata calls slower.
+pub fn keep_a_cpu_awake() {
+    if GLOBAL.enabled() && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
+        GLOBAL.start_keeper();
+    }
 }
 
 /// Poll `fd` too. A no-op while polling is off; a closed descriptor leaves the set by
@@ -61,6 +91,10 @@ impl BusyPoll {
             epfd: OnceLock::new(),
             nanos: AtomicU64::new(0),
             polling: AtomicBool::new(false),
+            last_request: AtomicU64::new(0),
+            keeper: OnceLock::new(),
+            keeper_asleep: AtomicBool::new(false),
+            keeper_tid: std::sync::atomic::AtomicI32::new(0),
         }
     }
 
@@ -130,10 +164,11 @@ impl BusyPoll {
             loop {
                 // SAFETY: `ev` has room for the one event asked for; timeout 0 never blocks.
                 let n = unsafe { libc::epoll_wait(epfd, ev.as_mut_ptr(), 1, 0) };
-                if n != 0
-                    || metrics.as_ref().is_some_and(|m| m.global_queue_depth() > 0)
-                    || Instant::now() >= deadline
-                {
+                if n != 0 || metrics.as_ref().is_some_and(|m| m.global_queue_depth() > 0) {
+                    self.request_seen();
+                    break;
+                }
+                if Instant::now() >= deadline {
                     break;
                 }
                 std::hint::spin_loop();
@@ -141,6 +176,81 @@ impl BusyPoll {
         }
         self.polling.store(false, Ordering::Release);
     }
+
+    /// Start the keeper thread (once). It runs at `SCHED_IDLE`; if the kernel refuses
+    /// that, there is no keeper, since one at normal priority would take CPU time.
+    pub fn start_keeper(&'static self) {
+        if self.keeper.get().is_some() {
+            return;
+        }
+        let spawned = std::thread::Builder::new()
+            .name("busy-poll-keeper".into())
+            .spawn(move || {
+                if let Err(e) = set_idle_priority() {
+                    tracing::warn!(error = %e, "no busy-poll keeper: cannot set SCHED_IDLE");
+                    return;
+                }
+                // SAFETY: gettid takes no arguments.
+                #[allow(unsafe_code)]
+                let tid = unsafe { libc::gettid() };
+                self.keeper_tid.store(tid, Ordering::SeqCst);
+                self.keep_awake();
+            });
+        match spawned {
+            Ok(h) => {
+                // a second caller's thread finds the slot taken and is left to park
+                let _ = self.keeper.set(h.thread().clone());
+            }
+            Err(e) => tracing::warn!(error = %e, "no busy-poll keeper: cannot start a thread"),
+        }
+    }
+
+    /// A poller found a request: keep (or wake) the keeper spinning.
+    fn request_seen(&self) {
+        self.last_request.store(now_nanos(), Ordering::SeqCst);
+        if self.keeper_asleep.load(Ordering::SeqCst)
+            && self.keeper_asleep.swap(false, Ordering::SeqCst)
+        {
+            if let Some(t) = self.keeper.get() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// True while the last request came within the polling time.
+    fn requests_flowing(&self) -> bool {
+        let since = now_nanos().saturating_sub(self.last_request.load(Ordering::SeqCst));
+        since <= self.nanos.load(Ordering::Relaxed)
+    }
+
+    /// The keeper's loop: spin while requests flow, sleep until the next one otherwise.
+    fn keep_awake(&self) {
+        loop {
+            if self.requests_flowing() {
+                std::hint::spin_loop();
+                continue;
+            }
+            // publish "asleep" before the last look, so a request that lands between the
+            // look and the park still unparks us (both sides use SeqCst)
+            self.keeper_asleep.store(true, Ordering::SeqCst);
+            if !self.requests_flowing() {
+                std::thread::park();
+            }
+            self.keeper_asleep.store(false, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Move the calling thread to `SCHED_IDLE`: it then runs only when its CPU has nothing
+/// else to run.
+#[allow(unsafe_code)]
+fn set_idle_priority() -> std::io::Result<()> {
+    let p = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `p` is a valid sched_param; pid 0 is the calling thread.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -236,5 +346,61 @@ mod tests {
         });
         assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
         rt.shutdown_background();
+    }
+
+    /// Wait up to 20 s for `cond`.
+    fn eventually(what: &str, cond: impl Fn() -> bool) {
+        let t = Instant::now();
+        while !cond() {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "timed out waiting: {what}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn the_keeper_spins_at_idle_priority_only_while_requests_flow() {
+        let bp: &'static BusyPoll = Box::leak(Box::new(BusyPoll::new()));
+        bp.set(Duration::from_millis(30));
+        bp.start_keeper();
+        eventually("the keeper runs", || {
+            bp.keeper_tid.load(Ordering::SeqCst) != 0
+        });
+        let tid = bp.keeper_tid.load(Ordering::SeqCst);
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+        // field 41 (policy), counted after the ")" that ends the thread name
+        let policy: i32 = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .nth(38)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(policy, libc::SCHED_IDLE);
+        // no requests yet: it sleeps
+        eventually("the keeper sleeps", || {
+            bp.keeper_asleep.load(Ordering::SeqCst)
+        });
+        // a request wakes it, and it spins until 30 ms pass without another
+        bp.request_seen();
+        assert!(!bp.keeper_asleep.load(Ordering::SeqCst));
+        let state = || {
+            let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+            s.rsplit(')')
+                .next()
+                .unwrap()
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        eventually("the keeper spins", || state() == "R");
+        eventually("the keeper sleeps again", || {
+            bp.keeper_asleep.load(Ordering::SeqCst) && state() == "S"
+        });
     }
 }

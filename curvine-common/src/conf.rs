@@ -336,6 +336,9 @@ pub struct FuseConf {
     /// outgrows memory (unlinked temp files); empty = the system temp dir. A tmpfs
     /// directory makes random writes to large files much cheaper than a disk one.
     pub spill_dir: PathBuf,
+    /// Memory for the content of files being modified in place, shared by all of them;
+    /// past it, they move to `spill_dir`.
+    pub dirty_mem: ByteSize,
     /// Threads of the daemon's runtime; 0 = one per core (at least 2, at most 8).
     pub threads: usize,
     /// How long an idle runtime thread polls for the next request before it sleeps
@@ -356,6 +359,7 @@ impl Default for FuseConf {
             keep_cache: true,
             read_only: false,
             spill_dir: PathBuf::new(),
+            dirty_mem: ByteSize(1 << 30),
             threads: 0,
             busy_poll: Dur(Duration::from_micros(50)),
         }

@@ -13,14 +13,14 @@
 //! Every state change that alters Curvine's copy bumps `gen`, so open readers reopen.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use curvine_client::{CurvineFs, FileStatus, FsWriter};
 use curvine_common::{FsError, FsResult};
 use tracing::debug;
 
-use crate::dirty::DirtyBuf;
+use crate::dirty::{DirtyBuf, Spill};
 
 /// At most this many bytes of one file wait for the bytes before them.
 const AHEAD_MAX: usize = 32 << 20;
@@ -59,7 +59,7 @@ pub struct FileState {
     /// bytes before them (none overlap); `ahead_bytes` is their total size.
     ahead: BTreeMap<u64, Vec<u8>>,
     ahead_bytes: usize,
-    spill_dir: PathBuf,
+    spill: Arc<Spill>,
     /// The error of a write that failed here. Later writes report it too, rather than
     /// what the abandoned file looks like by then (the kernel retries the rest of a
     /// direct write that was cut short); a truncate starts over.
@@ -74,7 +74,7 @@ pub fn now_ms() -> i64 {
 }
 
 impl FileState {
-    pub fn new(spill_dir: PathBuf) -> FileState {
+    pub fn new(spill: Arc<Spill>) -> FileState {
         FileState {
             content: Content::Clean,
             gen: 0,
@@ -84,7 +84,7 @@ impl FileState {
             written: None,
             ahead: BTreeMap::new(),
             ahead_bytes: 0,
-            spill_dir,
+            spill,
             write_error: None,
         }
     }
@@ -219,7 +219,7 @@ impl FileState {
                     } else {
                         debug!(path, off, len, "overwrite: loading the content");
                         self.fresh = false;
-                        let d = DirtyBuf::load(fs, path, self.spill_dir.clone()).await?;
+                        let d = DirtyBuf::load(fs, path, self.spill.clone()).await?;
                         self.content = Content::Dirty(d);
                     }
                 }
@@ -343,7 +343,7 @@ mod tests {
             let cluster = MiniCluster::builder().start().await.unwrap();
             let fs = CurvineFs::connect(cluster.client_conf()).await.unwrap();
             let new_state = |w| {
-                let mut s = FileState::new(std::env::temp_dir());
+                let mut s = FileState::new(Spill::new(std::env::temp_dir(), 1 << 20));
                 s.start_stream(w);
                 s
             };
@@ -405,7 +405,7 @@ mod tests {
                 .await
                 .unwrap();
             let fs = CurvineFs::connect(cluster.client_conf()).await.unwrap();
-            let mut s = FileState::new(std::env::temp_dir());
+            let mut s = FileState::new(Spill::new(std::env::temp_dir(), 1 << 20));
             s.start_stream(fs.create("/full", false).await.unwrap());
             let mb = vec![7u8; 1 << 20];
             let mut off = 0u64;

@@ -20,6 +20,7 @@ use tracing::{debug, warn};
 use crate::attr::{apply_local, errno, to_attr};
 use crate::bufpool::BufPool;
 use crate::dirattrs::DirAttrs;
+use crate::dirty::Spill;
 use crate::file::{Content, FileState};
 use crate::inodes::{InodeTable, NameError};
 
@@ -36,8 +37,10 @@ pub struct MountOptions {
     pub writeback_cache: bool,
     /// Keep the page cache across opens of an unchanged file (`fuse.keep_cache`).
     pub keep_cache: bool,
-    /// Where large dirty files spill (unlinked temp files).
+    /// Where dirty files spill (unlinked temp files) once they hold `dirty_mem` bytes
+    /// of memory together.
     pub spill_dir: PathBuf,
+    pub dirty_mem: u64,
 }
 
 type StateRef = Arc<RwLock<FileState>>;
@@ -145,6 +148,8 @@ pub struct CurvineFuse {
     bufs: Arc<BufPool>,
     /// Directory attributes kept for `attr_ttl` (see `dirattrs`).
     pub(crate) dir_attrs: DirAttrs,
+    /// Memory and spill files of the files being modified in place.
+    spill: Arc<Spill>,
 }
 
 /// Where unlinked-but-open files wait for their last close, under the mount's root;
@@ -171,6 +176,7 @@ impl CurvineFuse {
                 next_fh: AtomicU64::new(1),
                 bufs: Arc::new(BufPool::default()),
                 dir_attrs: DirAttrs::new(opts.attr_ttl),
+                spill: Spill::new(opts.spill_dir.clone(), opts.dirty_mem),
                 opts,
             })
         } else {
@@ -307,7 +313,7 @@ impl CurvineFuse {
     pub(crate) fn open_state(&self, ino: u64) -> StateRef {
         let mut files = lock(&self.files);
         let slot = files.entry(ino).or_insert_with(|| Slot {
-            state: Arc::new(RwLock::new(FileState::new(self.opts.spill_dir.clone()))),
+            state: Arc::new(RwLock::new(FileState::new(self.spill.clone()))),
             opens: 0,
         });
         slot.opens += 1;

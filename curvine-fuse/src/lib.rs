@@ -31,6 +31,7 @@ impl MountOptions {
             writeback_cache: c.writeback_cache,
             keep_cache: c.keep_cache,
             spill_dir,
+            dirty_mem: c.dirty_mem.0,
         }
     }
 }

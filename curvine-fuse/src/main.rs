@@ -128,6 +128,8 @@ async fn run(args: Args, conf: ClusterConf) -> anyhow::Result<()> {
             Some(fd) => curvine_common::busy_poll::global().watch(fd),
             None => warn!("no /dev/fuse descriptor found; requests are not busy-polled"),
         }
+        // the callers wait in the kernel on this machine: keep their CPUs from halting
+        curvine_common::busy_poll::keep_a_cpu_awake();
     }
     {
         let mnt = mnt.clone();
