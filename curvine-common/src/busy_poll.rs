@@ -21,6 +21,7 @@
 //! as soon as the requests stop, and machines with one CPU get none.
 
 use std::os::fd::{AsRawFd, RawFd};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{LazyLock, OnceLock};
 use std::thread::Thread;
@@ -63,9 +64,50 @@ pub fn set(d: Duration) {
 /// docs). For the FUSE daemon, whose clients wait in the kernel on the same machine; a
 /// keeper in the master and the workers made FUSE metadata calls slower.
 pub fn keep_a_cpu_awake() {
-    if GLOBAL.enabled() && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
-        GLOBAL.start_keeper();
+    if !GLOBAL.enabled() || std::thread::available_parallelism().is_ok_and(|n| n.get() < 2) {
+        return;
     }
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    if cpu_quota_in(&cgroups, Path::new("/sys/fs/cgroup")) {
+        // the spinning would use up the quota the working threads need
+        tracing::info!("no busy-poll keeper: a cgroup CPU quota limits this process");
+        return;
+    }
+    GLOBAL.start_keeper();
+}
+
+/// Whether a cgroup CPU quota applies to the process whose `/proc/PID/cgroup` is
+/// `cgroups`, with the cgroup file systems under `sys_root`: a `cpu.max` (v2, also in
+/// the hybrid layout's `unified`) or `cpu.cfs_quota_us` (v1) other than unlimited, in
+/// the process's group or any group above it.
+fn cpu_quota_in(cgroups: &str, sys_root: &Path) -> bool {
+    let limited = |root: PathBuf, rel: &str, file: &str| {
+        let mut dir = root.join(rel.trim_start_matches('/'));
+        loop {
+            if let Ok(v) = std::fs::read_to_string(dir.join(file)) {
+                let quota = v.split_whitespace().next().unwrap_or("max");
+                if quota != "max" && quota != "-1" {
+                    return true;
+                }
+            }
+            if dir == root || !dir.pop() {
+                return false;
+            }
+        }
+    };
+    cgroups.lines().any(|line| {
+        let mut f = line.splitn(3, ':');
+        let (_, controllers, rel) = (f.next(), f.next().unwrap_or(""), f.next().unwrap_or(""));
+        if controllers.is_empty() {
+            limited(sys_root.to_path_buf(), rel, "cpu.max")
+                || limited(sys_root.join("unified"), rel, "cpu.max")
+        } else if controllers.split(',').any(|c| c == "cpu") {
+            limited(sys_root.join("cpu"), rel, "cpu.cfs_quota_us")
+                || limited(sys_root.join(controllers), rel, "cpu.cfs_quota_us")
+        } else {
+            false
+        }
+    })
 }
 
 /// Poll `fd` too. A no-op while polling is off; a closed descriptor leaves the set by
@@ -402,5 +444,31 @@ mod tests {
         eventually("the keeper sleeps again", || {
             bp.keeper_asleep.load(Ordering::SeqCst) && state() == "S"
         });
+    }
+
+    #[test]
+    fn cgroup_cpu_quotas_are_found_in_v1_and_v2_layouts() {
+        let root = tempfile::tempdir().unwrap();
+        let put = |rel: &str, file: &str, v: &str| {
+            let d = root.path().join(rel);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join(file), v).unwrap();
+        };
+        let v2 = "0::/pods/fuse\n";
+        // v2: unlimited here and above
+        put("pods/fuse", "cpu.max", "max 100000\n");
+        put("pods", "cpu.max", "max 100000\n");
+        assert!(!cpu_quota_in(v2, root.path()));
+        // a quota on a parent group applies
+        put("pods", "cpu.max", "200000 100000\n");
+        assert!(cpu_quota_in(v2, root.path()));
+        // v1 with cpu and cpuacct mounted together
+        let v1 = "4:memory:/x\n2:cpu,cpuacct:/job\n";
+        put("cpu,cpuacct/job", "cpu.cfs_quota_us", "-1\n");
+        assert!(!cpu_quota_in(v1, root.path()));
+        put("cpu,cpuacct/job", "cpu.cfs_quota_us", "50000\n");
+        assert!(cpu_quota_in(v1, root.path()));
+        // no cgroup information at all
+        assert!(!cpu_quota_in("", root.path()));
     }
 }
