@@ -21,10 +21,14 @@ is_mounted() { grep -qs " $(realpath -m "$1") .* - fuse" /proc/self/mountinfo; }
 
 start() {
   mkdir -p "$CURVINE_RUN_DIR"
-  if pid_alive "$PIDF"; then echo "$NAME already running (pid $(cat "$PIDF"))"; return 0; fi
-  need_bin curvine-fuse
   local mnt; mnt=$(mnt_path "$@")
   [ -n "$mnt" ] || die "no mount point: set fuse.mnt_path or pass --mnt-path DIR"
+  if pid_alive "$PIDF"; then
+    # one daemon per run dir: it may serve another mount point
+    is_mounted "$mnt" || die "$NAME already running (pid $(cat "$PIDF")) but $mnt is not mounted; it serves another mount point (bin/curvine-fuse.sh stop first)"
+    echo "$NAME already running (pid $(cat "$PIDF")), mounted at $mnt"; return 0
+  fi
+  need_bin curvine-fuse
   local args=(--conf "$CURVINE_CONF_FILE")
   case " $* " in *" --mnt-path "*) ;; *) args+=(--mnt-path "$mnt") ;; esac
   # the daemon replaces a stale mount (from a crash) itself

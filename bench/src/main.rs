@@ -64,8 +64,14 @@ fn run(args: Args) -> anyhow::Result<()> {
         bail!("--client-threads and --buf-size must be positive");
     }
     match args.action.as_str() {
-        "fuse.write" => return fuse_write(&args),
-        "fuse.read" => return fuse_read(&args),
+        "fuse.write" => {
+            require_fuse(&args.dir)?;
+            return fuse_write(&args);
+        }
+        "fuse.read" => {
+            require_fuse(&args.dir)?;
+            return fuse_read(&args);
+        }
         _ => {}
     }
     let mut conf = ClusterConf::load_default(args.conf.as_deref()).context("load cluster conf")?;
@@ -357,6 +363,40 @@ fn on_threads(
     Ok(all)
 }
 
+/// The fuse.* actions time the mount, so `dir` must be on one: a mount point with
+/// nothing mounted is a plain local directory, and the run would time the local disk.
+fn require_fuse(dir: &str) -> anyhow::Result<()> {
+    // the directory may not exist yet: its nearest existing ancestor decides
+    let mut p = std::path::Path::new(dir);
+    while !p.exists() {
+        p = p.parent().unwrap_or(std::path::Path::new("/"));
+    }
+    if !on_fuse(p)? {
+        bail!(
+            "{dir} is not on a FUSE mount: mount Curvine there first \
+             (bin/curvine-fuse.sh start --mnt-path DIR)"
+        );
+    }
+    Ok(())
+}
+
+/// Whether `p` lies on a FUSE file system.
+#[allow(unsafe_code)]
+fn on_fuse(p: &std::path::Path) -> anyhow::Result<bool> {
+    use std::os::unix::ffi::OsStrExt;
+    const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes())
+        .with_context(|| format!("{} has a NUL byte", p.display()))?;
+    // SAFETY: an all-zero statfs is valid; statfs gets a NUL-terminated path and
+    // writes only into `st`.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("statfs {}", p.display()));
+    }
+    Ok(st.f_type as i64 == FUSE_SUPER_MAGIC)
+}
+
 /// fuse.write: plain std::fs writes under --dir (a directory of the FUSE mount).
 fn fuse_write(args: &Args) -> anyhow::Result<()> {
     use std::io::Write;
@@ -490,4 +530,22 @@ async fn meta(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fuse_actions_refuse_a_directory_that_is_not_on_a_mount() {
+        let d = tempfile::tempdir().unwrap();
+        let missing = d.path().join("not/made/yet");
+        let err = require_fuse(missing.to_str().unwrap()).unwrap_err();
+        assert!(
+            err.to_string().contains("is not on a FUSE mount"),
+            "{err:#}"
+        );
+        assert!(!missing.exists(), "the check must not create the directory");
+        assert!(!on_fuse(std::path::Path::new("/")).unwrap());
+    }
 }
