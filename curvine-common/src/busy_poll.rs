@@ -36,7 +36,8 @@ pub struct BusyPoll {
     polling: AtomicBool,
     /// When a poller last found a request (`now_nanos`).
     last_request: AtomicU64,
-    keeper: OnceLock<Thread>,
+    /// The keeper, once started (None if its thread could not be made).
+    keeper: OnceLock<Option<Thread>>,
     keeper_asleep: AtomicBool,
     /// The keeper's thread id, once it runs at idle priority (0 before).
     keeper_tid: std::sync::atomic::AtomicI32,
@@ -222,9 +223,10 @@ impl BusyPoll {
     /// Start the keeper thread (once). It runs at `SCHED_IDLE`; if the kernel refuses
     /// that, there is no keeper, since one at normal priority would take CPU time.
     pub fn start_keeper(&'static self) {
-        if self.keeper.get().is_some() {
-            return;
-        }
+        self.keeper.get_or_init(|| self.spawn_keeper());
+    }
+
+    fn spawn_keeper(&'static self) -> Option<Thread> {
         let spawned = std::thread::Builder::new()
             .name("busy-poll-keeper".into())
             .spawn(move || {
@@ -239,23 +241,25 @@ impl BusyPoll {
                 self.keep_awake();
             });
         match spawned {
-            Ok(h) => {
-                // a second caller's thread finds the slot taken and is left to park
-                let _ = self.keeper.set(h.thread().clone());
+            Ok(h) => Some(h.thread().clone()),
+            Err(e) => {
+                tracing::warn!(error = %e, "no busy-poll keeper: cannot start a thread");
+                None
             }
-            Err(e) => tracing::warn!(error = %e, "no busy-poll keeper: cannot start a thread"),
         }
     }
 
-    /// A poller found a request: keep (or wake) the keeper spinning.
+    /// A poller found a request: keep (or wake) the keeper spinning. Nothing to do in
+    /// a process without one (the master, the workers).
     fn request_seen(&self) {
+        let Some(Some(keeper)) = self.keeper.get() else {
+            return;
+        };
         self.last_request.store(now_nanos(), Ordering::SeqCst);
         if self.keeper_asleep.load(Ordering::SeqCst)
             && self.keeper_asleep.swap(false, Ordering::SeqCst)
         {
-            if let Some(t) = self.keeper.get() {
-                t.unpark();
-            }
+            keeper.unpark();
         }
     }
 
