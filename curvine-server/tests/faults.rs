@@ -238,6 +238,64 @@ fn full_tier_demotes_to_the_next() {
 }
 
 #[test]
+fn deleted_blocks_make_room_before_anything_is_demoted() {
+    // Overwriting files that fill most of the MEM tier: the old blocks are freed only
+    // when a heartbeat brings their deletion. With heartbeats far apart, the worker must
+    // ask for one rather than push live blocks down to SSD.
+    runtime().block_on(async {
+        let cluster = MiniCluster::builder()
+            .tiers(vec![
+                TierSpec {
+                    tier: "MEM",
+                    capacity: 24 << 20,
+                    tmpfs: true,
+                },
+                TierSpec {
+                    tier: "SSD",
+                    capacity: 512 << 20,
+                    tmpfs: false,
+                },
+            ])
+            .conf(|c| {
+                // no heartbeat unless the worker asks for one
+                c.worker.heartbeat_interval = curvine_common::conf::Dur(Duration::from_secs(600));
+                c.master.worker_lost_timeout = curvine_common::conf::Dur(Duration::from_secs(1200));
+            })
+            .start()
+            .await
+            .unwrap();
+        let fs = CurvineFs::connect(cluster.client_conf()).await.unwrap();
+        let opts = CreateOptions {
+            overwrite: true,
+            storage_tier: StorageTier::Mem,
+            ..Default::default()
+        };
+        let dirs = cluster.worker_dirs(0);
+        let blocks_in = |dir: &std::path::Path| {
+            let mut v = Vec::new();
+            common::files_under(&dir.join("blocks"), &mut v);
+            v.iter().filter(|p| p.extension().is_none()).count()
+        };
+        for round in 0..3u64 {
+            for i in 0..3u64 {
+                let mut w = fs
+                    .create_with(&format!("/o/f{i}"), opts.clone())
+                    .await
+                    .unwrap();
+                w.write(&data(6 << 20, round * 10 + i)).await.unwrap();
+                w.close().await.unwrap();
+            }
+            assert_eq!(blocks_in(&dirs[1]), 0, "round {round}: a block went to SSD");
+        }
+        assert_eq!(blocks_in(&dirs[0]), 3);
+        for i in 0..3u64 {
+            assert!(fs.read_file(&format!("/o/f{i}")).await.unwrap() == data(6 << 20, 20 + i));
+        }
+        cluster.shutdown().await.unwrap();
+    });
+}
+
+#[test]
 fn all_tiers_full_is_a_clean_error() {
     runtime().block_on(async {
         let cluster = MiniCluster::builder()

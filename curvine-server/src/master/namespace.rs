@@ -52,6 +52,15 @@ impl Reader for Store {
 }
 
 /// A mutation being built: the journal entry plus an overlay of what it has written.
+/// A replica to delete: `len` bytes in `tier` of `worker` become free once it is gone.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Delete {
+    pub worker: u32,
+    pub block: u64,
+    pub tier: i32,
+    pub len: u64,
+}
+
 pub(super) struct Txn<'a> {
     pub store: &'a Store,
     pub counters: Counters,
@@ -59,8 +68,8 @@ pub(super) struct Txn<'a> {
     entry: JournalEntry,
     inodes: HashMap<u64, Option<InodeRec>>,
     edges: HashMap<(u64, String), Option<u64>>,
-    /// (worker, block) replicas to delete once the entry is applied.
-    pub deletes: Vec<(u32, u64)>,
+    /// Replicas to delete once the entry is applied.
+    pub deletes: Vec<Delete>,
     /// Reservation accounting for placement: (worker, block) of dropped replicas, and
     /// (worker, block, len) of replicas committed now.
     pub freed: Vec<(u32, u64)>,
@@ -134,7 +143,12 @@ impl Txn<'_> {
     pub fn drop_block(&mut self, b: &BlockRec) {
         for l in &b.locs {
             self.del_worker_block(l.worker_id, b.id);
-            self.deletes.push((l.worker_id, b.id));
+            self.deletes.push(Delete {
+                worker: l.worker_id,
+                block: b.id,
+                tier: l.tier,
+                len: b.len,
+            });
             self.freed.push((l.worker_id, b.id));
         }
         self.entry.push(Kind::DelBlock(b.id));
@@ -440,8 +454,8 @@ impl Namespace {
         for (w, b) in txn.freed {
             self.workers.block_dropped(w, b);
         }
-        for (w, b) in txn.deletes {
-            self.workers.queue_delete(w, b);
+        for d in txn.deletes {
+            self.workers.queue_delete(d);
         }
         drop(guard);
         Ok((r, seq))

@@ -17,7 +17,7 @@ use curvine_common::FsResult;
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
-use super::namespace::{is_file, Namespace};
+use super::namespace::{is_file, Delete, Namespace};
 use super::records::BlockRec;
 
 struct Inflight {
@@ -252,8 +252,14 @@ impl Namespace {
                 warn!(block, worker, %reason, "bad replica reported but it is the last live one; keeping it");
                 return Ok(false);
             }
+            let tier = b.locs.iter().find(|l| l.worker_id == worker).map_or(0, |l| l.tier);
             self.forget_replica(txn, worker, block)?;
-            txn.deletes.push((worker, block));
+            txn.deletes.push(Delete {
+                worker,
+                block,
+                tier,
+                len: b.len,
+            });
             Ok(true)
         })?;
         if removed {

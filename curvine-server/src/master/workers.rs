@@ -14,7 +14,7 @@ use curvine_common::{BlockId, FsError, FsResult};
 use prost::Message;
 use tracing::{debug, info, warn};
 
-use super::namespace::{Namespace, Reader};
+use super::namespace::{Delete, Namespace, Reader};
 use super::records::Loc;
 use super::store::{self, Store};
 
@@ -28,6 +28,12 @@ pub(super) struct WorkerState {
     /// Bytes handed out (one block size per allocation) since the last heartbeat.
     pub reserved: HashMap<i32, u64>,
     pub pending_deletes: Vec<u64>,
+    /// Bytes per tier of replicas queued for deletion here (`pending_deletes`), and of
+    /// those sent in the last heartbeat reply: used in the tier reports until the
+    /// worker's next heartbeat, but about to be free. Placement counts them as free, so
+    /// files overwritten in a full tier do not push their successors down a tier.
+    pub freeing: HashMap<i32, u64>,
+    pub freeing_sent: HashMap<i32, u64>,
     /// Re-replication copies to hand out in the next heartbeat reply.
     pub pending_copies: Vec<CopyCommand>,
     /// Blocks allocated here since the last heartbeat: (tier, bytes in `reserved`).
@@ -96,9 +102,10 @@ impl Workers {
             .collect()
     }
 
-    pub fn queue_delete(&self, worker: u32, block: u64) {
-        if let Some(w) = self.write().get_mut(&worker) {
-            w.pending_deletes.push(block);
+    pub fn queue_delete(&self, d: Delete) {
+        if let Some(w) = self.write().get_mut(&d.worker) {
+            w.pending_deletes.push(d.block);
+            *w.freeing.entry(d.tier).or_default() += d.len;
         }
     }
 
@@ -260,6 +267,8 @@ fn new_state(id: u32, mut address: WorkerAddress) -> WorkerState {
         last_heartbeat_ms: 0,
         reserved: HashMap::new(),
         pending_deletes: Vec::new(),
+        freeing: HashMap::new(),
+        freeing_sent: HashMap::new(),
         pending_copies: Vec::new(),
         reserved_blocks: HashMap::new(),
         scrubbed_bytes: 0,
@@ -273,8 +282,11 @@ fn free_in(w: &WorkerState, tier: StorageTier) -> u64 {
         .iter()
         .filter(|t| t.tier == tier as i32)
         .fold((0u64, 0u64), |(c, u), t| (c + t.capacity, u + t.used));
-    let reserved = w.reserved.get(&(tier as i32)).copied().unwrap_or(0);
-    cap.saturating_sub(used).saturating_sub(reserved)
+    let t = tier as i32;
+    let get = |m: &HashMap<i32, u64>| m.get(&t).copied().unwrap_or(0);
+    let freeing = get(&w.freeing).saturating_add(get(&w.freeing_sent));
+    cap.saturating_sub(used.saturating_sub(freeing))
+        .saturating_sub(get(&w.reserved))
 }
 
 impl Namespace {
@@ -331,6 +343,7 @@ impl Namespace {
             w.last_heartbeat_ms = now_ms();
             w.reserved.clear();
             w.reserved_blocks.clear();
+            w.freeing_sent.clear();
             w.pending_deletes.extend(stale.iter().copied());
             w.was_alive = true;
         }
@@ -415,6 +428,8 @@ impl Namespace {
         w.pending_deletes.extend(stale);
         w.scrubbed_bytes = req.scrubbed_bytes;
         let delete_blocks = std::mem::take(&mut w.pending_deletes);
+        // this report shows the deletions sent last time; those sent now show next time
+        w.freeing_sent = std::mem::take(&mut w.freeing);
         let copy_blocks = std::mem::take(&mut w.pending_copies);
         Ok((
             HeartbeatResponse {

@@ -21,6 +21,7 @@ use curvine_common::{FsError, FsResult};
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
+use super::heartbeat::EarlyHeartbeat;
 use super::layout::{self, block_file, remove_quiet, sidecar_of, Sidecar, BLOCKS_DIR};
 use super::tiers::{fs_free_bytes, prepare_dir, Tier};
 
@@ -103,6 +104,8 @@ pub struct BlockStore {
     staging_seq: AtomicU64,
     /// Wakes the eviction task after a commit pushed a tier past its high watermark.
     pub(super) evict_wakeup: Notify,
+    /// Asked before evicting: the master may have deletions queued for this worker.
+    pub(super) early_heartbeat: EarlyHeartbeat,
 }
 
 /// A committed block opened for reading.
@@ -153,6 +156,7 @@ impl BlockStore {
             inner: Mutex::new(inner),
             staging_seq: AtomicU64::new(1),
             evict_wakeup: Notify::new(),
+            early_heartbeat: EarlyHeartbeat::default(),
         }))
     }
 

@@ -23,6 +23,7 @@ const EVICT_POLL: Duration = Duration::from_secs(1);
 impl BlockStore {
     /// Reserve `n` bytes in tier `idx`, demoting LRU blocks out of it if needed.
     pub(super) fn reserve_in(&self, idx: usize, n: u64) -> bool {
+        let mut asked = false;
         loop {
             let victim = {
                 let mut g = self.lock();
@@ -32,7 +33,17 @@ impl BlockStore {
                     t.reserved += n;
                     return true;
                 }
-                if last || n > t.capacity {
+                if n > t.capacity {
+                    return false;
+                }
+                if !asked {
+                    // blocks of deleted files may be waiting for a heartbeat to free them
+                    drop(g);
+                    asked = true;
+                    self.early_heartbeat.request_and_wait();
+                    continue;
+                }
+                if last {
                     return false;
                 }
                 match pick_victim(&mut g, idx) {
@@ -149,6 +160,11 @@ impl BlockStore {
                 let g = self.lock();
                 (g.tiers[idx].used(), g.tiers[idx].capacity)
             };
+            if (used as f64) <= self.conf.high_watermark * cap as f64 {
+                continue;
+            }
+            self.early_heartbeat.request_and_wait();
+            let used = self.lock().tiers[idx].used();
             if (used as f64) <= self.conf.high_watermark * cap as f64 {
                 continue;
             }

@@ -4,13 +4,19 @@
 //! It re-registers when the master says it does not know the worker, or after the
 //! master was unreachable (it may have restarted). Blocks the master lists in
 //! `delete_blocks` are deleted and reported as removed in the next heartbeat.
+//!
+//! A worker short of space asks for a heartbeat at once (`EarlyHeartbeat`) before it
+//! evicts anything: blocks of files just deleted or overwritten are only freed when a
+//! heartbeat brings their deletion, and evicting live blocks to make room that those
+//! deletions are about to free would push hot data down a tier for nothing.
 
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 use curvine_common::proto::master_service_client::MasterServiceClient;
 use curvine_common::proto::{HeartbeatRequest, RegisterRequest, WorkerAddress};
 use curvine_common::{FsError, FsResult};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, info, warn};
@@ -34,6 +40,74 @@ pub struct HeartbeatConf {
     pub rpc_timeout: Duration,
     pub connect_timeout: Duration,
     pub auth_token: String,
+}
+
+/// Lets code short of space ask the heartbeat task for a heartbeat now, and wait until
+/// one that started after the request has applied the master's pending deletions.
+#[derive(Debug, Default)]
+pub struct EarlyHeartbeat {
+    wake: Notify,
+    state: Mutex<EarlyState>,
+    done: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct EarlyState {
+    /// Longest wait; `None` while no registered heartbeat task runs (nothing to wait for).
+    wait: Option<Duration>,
+    /// Requests made so far.
+    asked: u64,
+    /// Requests answered: every request up to this one was made before a heartbeat
+    /// that has since ended.
+    answered: u64,
+}
+
+impl EarlyHeartbeat {
+    fn state(&self) -> std::sync::MutexGuard<'_, EarlyState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Blocking: ask for a heartbeat and wait for it to end, at most one heartbeat
+    /// interval (the deletions would not have come sooner without asking). Returns at
+    /// once when no heartbeat task is registered with a master. True when a heartbeat
+    /// answered.
+    pub fn request_and_wait(&self) -> bool {
+        let mut g = self.state();
+        let Some(wait) = g.wait else { return false };
+        g.asked += 1;
+        let mine = g.asked;
+        self.wake.notify_one();
+        let (g, r) = self
+            .done
+            .wait_timeout_while(g, wait, |s| s.answered < mine && s.wait.is_some())
+            .unwrap_or_else(PoisonError::into_inner);
+        if r.timed_out() {
+            debug!("early heartbeat not answered in time");
+        }
+        g.answered >= mine
+    }
+
+    /// The heartbeat task is registered (`Some(interval)`) or not (`None`); waiters
+    /// return when it is not.
+    pub(super) fn set_registered(&self, interval: Option<Duration>) {
+        let mut g = self.state();
+        g.wait = interval;
+        if interval.is_none() {
+            g.answered = g.asked;
+            self.done.notify_all();
+        }
+    }
+
+    /// Requests made up to now; a heartbeat starting now answers them when it ends.
+    pub(super) fn asked(&self) -> u64 {
+        self.state().asked
+    }
+
+    pub(super) fn answered(&self, upto: u64) {
+        let mut g = self.state();
+        g.answered = g.answered.max(upto);
+        self.done.notify_all();
+    }
 }
 
 struct Session {
@@ -72,6 +146,7 @@ pub async fn run_heartbeat_with(
         client: None,
     };
     heartbeat_loop(&mut s, &cancel).await;
+    s.store.early_heartbeat.set_registered(None);
     s.copies.close();
     s.copies.wait().await;
 }
@@ -80,10 +155,15 @@ async fn heartbeat_loop(s: &mut Session, cancel: &CancellationToken) {
     let mut registered = false;
     let retry_wait = s.conf.interval.min(MAX_RETRY_WAIT);
     loop {
+        let early = &s.store.early_heartbeat;
         let wait = if !registered {
+            early.set_registered(None);
             match s.register().await {
                 Ok(()) => {
                     registered = true;
+                    s.store
+                        .early_heartbeat
+                        .set_registered(Some(s.conf.interval));
                     s.conf.interval
                 }
                 Err(e) => {
@@ -93,7 +173,12 @@ async fn heartbeat_loop(s: &mut Session, cancel: &CancellationToken) {
                 }
             }
         } else {
-            match s.heartbeat().await {
+            let upto = early.asked();
+            let sent = s.heartbeat().await;
+            // answered also when it failed: waiters go on and evict rather than wait on
+            // a master that does not answer
+            s.store.early_heartbeat.answered(upto);
+            match sent {
                 Ok(true) => s.conf.interval,
                 Ok(false) => {
                     info!(
@@ -114,6 +199,7 @@ async fn heartbeat_loop(s: &mut Session, cancel: &CancellationToken) {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
+            _ = s.store.early_heartbeat.wake.notified(), if registered => {}
         }
     }
 }

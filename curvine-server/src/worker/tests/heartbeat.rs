@@ -255,3 +255,43 @@ async fn startup_error_names_the_bad_entry() {
         .unwrap_err();
     assert!(e.to_string().contains("notadir"), "{e}");
 }
+
+#[test]
+fn early_heartbeat_waits_for_one_that_started_after_the_request() {
+    use crate::worker::heartbeat::EarlyHeartbeat;
+    let hb = Arc::new(EarlyHeartbeat::default());
+    // no heartbeat task registered: nothing to wait for
+    assert!(!hb.request_and_wait());
+
+    hb.set_registered(Some(Duration::from_secs(600)));
+    let before = hb.asked();
+    let waiter = {
+        let hb = hb.clone();
+        std::thread::spawn(move || hb.request_and_wait())
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while hb.asked() == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the request never came"
+        );
+        std::thread::yield_now();
+    }
+    // a heartbeat that began before the request does not answer it
+    hb.answered(before);
+    assert!(!waiter.is_finished());
+    hb.answered(hb.asked());
+    assert!(waiter.join().unwrap());
+
+    // a task going away releases its waiters
+    let waiter = {
+        let hb = hb.clone();
+        std::thread::spawn(move || hb.request_and_wait())
+    };
+    let asked = hb.asked();
+    while hb.asked() == asked {
+        std::thread::yield_now();
+    }
+    hb.set_registered(None);
+    waiter.join().unwrap();
+}
