@@ -4,6 +4,8 @@
 //! and records each file's CRC32C in a manifest beside them; `fs.read` reads them back
 //! and compares (a mismatch is a non-zero exit). `meta` measures create+complete, stat
 //! and delete of empty files. Every figure is printed with the bytes and seconds behind it.
+//! I/O buffers start on a page boundary, as fio's and dd's do (see
+//! `curvine_common::aligned` for what an unaligned buffer costs).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Parser;
 use curvine_client::{CreateOptions, CurvineFs};
+use curvine_common::aligned::AlignedBuf;
 use curvine_common::conf::parse_size;
 use curvine_common::proto::StorageTier;
 use curvine_common::ClusterConf;
@@ -151,7 +154,7 @@ async fn fs_write(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
         let (fs, args, pattern, next) = (fs.clone(), args.clone(), pattern.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
             let mut crcs = Vec::new();
-            let mut buf = vec![0u8; args.buf_size as usize];
+            let mut buf = AlignedBuf::zeroed(args.buf_size as usize);
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= args.file_num {
@@ -227,7 +230,7 @@ async fn fs_read(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
         let (fs, args, next) = (fs.clone(), args.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
             let mut out = Vec::new();
-            let mut buf = vec![0u8; args.buf_size as usize];
+            let mut buf = AlignedBuf::zeroed(args.buf_size as usize);
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= args.file_num {
@@ -406,7 +409,7 @@ fn fuse_write(args: &Args) -> anyhow::Result<()> {
     let all = on_threads(args, |i| {
         let path = file_path(&args.dir, i);
         let mut f = std::fs::File::create(&path).with_context(|| format!("create {path}"))?;
-        let mut buf = vec![0u8; args.buf_size as usize];
+        let mut buf = AlignedBuf::zeroed(args.buf_size as usize);
         let (mut crc, mut off) = (0u32, 0u64);
         while off < args.file_size {
             let n = (args.file_size - off).min(args.buf_size) as usize;
@@ -452,7 +455,7 @@ fn fuse_read(args: &Args) -> anyhow::Result<()> {
     let all = on_threads(args, |i| {
         let path = file_path(&args.dir, i);
         let mut f = std::fs::File::open(&path).with_context(|| format!("open {path}"))?;
-        let mut buf = vec![0u8; args.buf_size as usize];
+        let mut buf = AlignedBuf::zeroed(args.buf_size as usize);
         let (mut crc, mut total) = (0u32, 0u64);
         loop {
             let n = f.read(&mut buf).with_context(|| format!("read {path}"))?;

@@ -6,6 +6,7 @@ use std::fs::File;
 use std::path::PathBuf;
 
 use bytes::BytesMut;
+use curvine_common::aligned::AlignedBuf;
 use curvine_common::checksum::chunk_crcs_into;
 use curvine_common::frame::header;
 use curvine_common::proto::{CommittedBlock, DataOp, LocatedBlock, StorageTier};
@@ -41,13 +42,14 @@ enum Sink {
     },
 }
 
-/// Alignment O_DIRECT needs for buffer, offset and length.
+/// Alignment O_DIRECT needs for buffer, offset and length (`AlignedBuf` starts on a
+/// page, which covers the buffer).
 const DIRECT_ALIGN: usize = 4096;
 
 /// A block file opened with O_DIRECT and an aligned bounce buffer for it.
 struct DirectFile {
     file: File,
-    buf: Vec<u8>,
+    buf: AlignedBuf,
 }
 
 impl DirectFile {
@@ -61,7 +63,7 @@ impl DirectFile {
             .ok()
             .map(|file| DirectFile {
                 file,
-                buf: Vec::new(),
+                buf: AlignedBuf::default(),
             })
     }
 
@@ -69,14 +71,12 @@ impl DirectFile {
     /// aligned copy.
     fn write_at(&mut self, data: &[u8], offset: u64) -> std::io::Result<()> {
         use std::os::unix::fs::FileExt;
-        let need = data.len() + DIRECT_ALIGN;
-        if self.buf.len() < need {
-            self.buf = vec![0u8; need];
+        if self.buf.capacity() < data.len() {
+            self.buf = AlignedBuf::zeroed(data.len());
         }
-        let start = self.buf.as_ptr().align_offset(DIRECT_ALIGN);
-        let aligned = &mut self.buf[start..start + data.len()];
-        aligned.copy_from_slice(data);
-        self.file.write_all_at(aligned, offset)
+        self.buf.set_len(data.len());
+        self.buf.copy_from_slice(data);
+        self.file.write_all_at(&self.buf, offset)
     }
 }
 

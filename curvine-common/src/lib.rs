@@ -1,6 +1,7 @@
 //! What both ends of Curvine's wire agree on: the protocol (gRPC control plane and the
 //! framed data plane), ids, typed errors, the cluster configuration and CRC32C chunking.
 
+pub mod aligned;
 pub mod busy_poll;
 pub mod checksum;
 pub mod conf;

@@ -7,6 +7,7 @@
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use curvine_common::aligned::AlignedBuf;
 
 /// Reads at least this large take a pooled buffer; smaller ones allocate.
 const POOL_MIN: usize = 64 << 10;
@@ -17,14 +18,22 @@ const POOL_KEEP: usize = 32;
 
 #[derive(Default)]
 pub(crate) struct BufPool {
-    free: Mutex<Vec<Vec<u8>>>,
+    free: Mutex<Vec<AlignedBuf>>,
 }
 
 /// A read buffer of a requested length; pooled ones return to the pool on drop.
 pub(crate) struct ReadBuf {
-    buf: Vec<u8>,
+    buf: Storage,
     len: usize,
     pool: Option<Arc<BufPool>>,
+}
+
+enum Storage {
+    /// A small read's own allocation.
+    Small(Vec<u8>),
+    /// A pooled buffer of `POOL_BUF` bytes, page-aligned: the worker's block file is
+    /// read into it and the kernel copies out of it, both faster from an aligned start.
+    Pooled(AlignedBuf),
 }
 
 impl BufPool {
@@ -32,14 +41,14 @@ impl BufPool {
     pub(crate) fn get(self: &Arc<Self>, len: usize) -> ReadBuf {
         if !(POOL_MIN..=POOL_BUF).contains(&len) {
             return ReadBuf {
-                buf: vec![0u8; len],
+                buf: Storage::Small(vec![0u8; len]),
                 len,
                 pool: None,
             };
         }
         let reused = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop();
         ReadBuf {
-            buf: reused.unwrap_or_else(|| vec![0u8; POOL_BUF]),
+            buf: Storage::Pooled(reused.unwrap_or_else(|| AlignedBuf::zeroed(POOL_BUF))),
             len,
             pool: Some(self.clone()),
         }
@@ -53,7 +62,10 @@ impl BufPool {
 
 impl ReadBuf {
     pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.buf[..self.len]
+        match &mut self.buf {
+            Storage::Small(v) => &mut v[..self.len],
+            Storage::Pooled(b) => &mut b[..self.len],
+        }
     }
 
     pub(crate) fn truncate(&mut self, n: usize) {
@@ -61,11 +73,10 @@ impl ReadBuf {
     }
 
     /// The reply: no copy, the buffer goes back to the pool when the reply is dropped.
-    pub(crate) fn into_bytes(self) -> Bytes {
-        if self.pool.is_none() {
-            let mut me = self;
-            let mut v = std::mem::take(&mut me.buf);
-            v.truncate(me.len);
+    pub(crate) fn into_bytes(mut self) -> Bytes {
+        if let Storage::Small(v) = &mut self.buf {
+            let mut v = std::mem::take(v);
+            v.truncate(self.len);
             return Bytes::from(v);
         }
         Bytes::from_owner(self)
@@ -74,16 +85,21 @@ impl ReadBuf {
 
 impl AsRef<[u8]> for ReadBuf {
     fn as_ref(&self) -> &[u8] {
-        &self.buf[..self.len]
+        match &self.buf {
+            Storage::Small(v) => &v[..self.len],
+            Storage::Pooled(b) => &b[..self.len],
+        }
     }
 }
 
 impl Drop for ReadBuf {
     fn drop(&mut self) {
-        if let Some(pool) = self.pool.take() {
+        if let (Some(pool), Storage::Pooled(b)) = (self.pool.take(), &mut self.buf) {
             let mut free = pool.free.lock().unwrap_or_else(|p| p.into_inner());
-            if free.len() < POOL_KEEP && self.buf.len() == POOL_BUF {
-                free.push(std::mem::take(&mut self.buf));
+            if free.len() < POOL_KEEP && b.capacity() == POOL_BUF {
+                let mut b = std::mem::take(b);
+                b.set_len(POOL_BUF);
+                free.push(b);
             }
         }
     }
@@ -107,6 +123,7 @@ mod tests {
         assert_eq!(pool.free_count(), 1);
         let again = pool.get(128 << 10);
         assert_eq!(again.as_ref().len(), 128 << 10);
+        assert_eq!(again.as_ref().as_ptr() as usize % 4096, 0, "page-aligned");
         assert_eq!(pool.free_count(), 0, "the free buffer was taken");
         drop(again);
         assert_eq!(pool.free_count(), 1);
