@@ -76,11 +76,22 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
         .map_err(|e| FsError::io_ctx("read frame header", e))?;
     let header = DataHeader::decode(&hbuf[..])
         .map_err(|e| FsError::protocol(format!("decode frame header: {e}")))?;
+    // read into the spare capacity: zeroing the payload first cost as much as a copy
     payload.clear();
-    payload.resize(plen, 0);
-    r.read_exact(&mut payload[..])
-        .await
-        .map_err(|e| FsError::io_ctx("read frame payload", e))?;
+    payload.reserve(plen);
+    let mut rest = r.take(plen as u64);
+    while payload.len() < plen {
+        let n = rest
+            .read_buf(payload)
+            .await
+            .map_err(|e| FsError::io_ctx("read frame payload", e))?;
+        if n == 0 {
+            return Err(FsError::io_ctx(
+                "read frame payload",
+                std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+            ));
+        }
+    }
     Ok(Some(header))
 }
 
@@ -174,5 +185,44 @@ mod tests {
         let mut buf = BytesMut::new();
         let e = read_frame(&mut b, &mut buf, 1000).await.unwrap_err();
         assert!(matches!(e, FsError::Protocol { .. }));
+    }
+
+    #[tokio::test]
+    async fn payload_in_pieces_and_cut_short() {
+        // a 64-byte pipe hands the payload over in many small reads
+        let (mut a, mut b) = tokio::io::duplex(64);
+        let body: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+        let sent = body.clone();
+        let w = tokio::spawn(async move {
+            write_frame(&mut a, &header(DataOp::WriteData), &sent)
+                .await
+                .unwrap();
+            write_frame(&mut a, &header(DataOp::WriteData), &sent)
+                .await
+                .unwrap();
+        });
+        let mut buf = BytesMut::with_capacity(10);
+        for _ in 0..2 {
+            read_frame(&mut b, &mut buf, 1 << 20)
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(buf[..] == body[..]);
+        }
+        w.await.unwrap();
+
+        // the stream ends inside a payload: an error, not a short payload
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        let mut whole = Vec::new();
+        let h = header(DataOp::WriteData);
+        let hlen = h.encoded_len();
+        whole.extend_from_slice(&((4 + hlen + 100) as u32).to_be_bytes());
+        whole.extend_from_slice(&(hlen as u32).to_be_bytes());
+        h.encode(&mut whole).unwrap();
+        whole.extend_from_slice(&[9u8; 60]);
+        a.write_all(&whole).await.unwrap();
+        drop(a);
+        let e = read_frame(&mut b, &mut buf, 1 << 20).await.unwrap_err();
+        assert!(e.to_string().contains("payload"), "{e}");
     }
 }

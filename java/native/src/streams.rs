@@ -6,6 +6,7 @@ use std::cell::RefCell;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use curvine_client::{CreateOptions, FsReader, FsWriter};
+use curvine_common::aligned::AlignedBuf;
 use jni::objects::{JByteArray, JByteBuffer, JClass, JString};
 use jni::sys::{jboolean, jint, jlong, JNI_TRUE};
 use jni::JNIEnv;
@@ -35,7 +36,7 @@ static WRITERS: LazyLock<Table<Writer>> = LazyLock::new(Table::new);
 thread_local! {
     /// Per-thread staging buffer for heap-array reads and writes (reused, never shrunk
     /// below what the last call needed).
-    static STAGING: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static STAGING: RefCell<AlignedBuf> = RefCell::new(AlignedBuf::default());
 }
 
 fn reader(h: jlong) -> JniResult<Arc<Reader>> {
@@ -93,6 +94,15 @@ fn direct_slice<'a>(
 }
 
 // ---------------- readers ----------------
+
+/// Make the staging buffer `len` bytes long, page-aligned (the block file is read into
+/// it and written from it; see `curvine_common::aligned`).
+fn staging_len(s: &mut AlignedBuf, len: usize) {
+    if s.capacity() < len {
+        *s = AlignedBuf::zeroed(len);
+    }
+    s.set_len(len);
+}
 
 #[no_mangle]
 pub extern "system" fn Java_io_curvine_NativeFs_openReader<'l>(
@@ -161,9 +171,7 @@ pub extern "system" fn Java_io_curvine_NativeFs_read<'l>(
         let len = len.min(COPY_CHUNK);
         STAGING.with(|s| {
             let mut s = s.borrow_mut();
-            if s.len() < len {
-                s.resize(len, 0);
-            }
+            staging_len(&mut s, len);
             let n = pread(&r, pos, &mut s[..len])?;
             if n > 0 {
                 env.set_byte_array_region(&b, off as i32, as_i8(&s[..n as usize]))?;
@@ -297,9 +305,7 @@ pub extern "system" fn Java_io_curvine_NativeFs_write<'l>(
             let mut done = 0;
             while done < len {
                 let n = (len - done).min(COPY_CHUNK);
-                if s.len() < n {
-                    s.resize(n, 0);
-                }
+                staging_len(&mut s, n);
                 env.get_byte_array_region(&b, (off + done) as i32, as_i8_mut(&mut s[..n]))?;
                 write_all(&w, &s[..n])?;
                 done += n;
