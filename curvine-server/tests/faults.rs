@@ -182,22 +182,27 @@ fn corrupted_block_byte_is_detected() {
     });
 }
 
+/// A MEM tier on tmpfs over an SSD tier on disk, of the given capacities.
+fn mem_and_ssd(mem: u64, ssd: u64) -> Vec<TierSpec> {
+    vec![
+        TierSpec {
+            tier: "MEM",
+            capacity: mem,
+            tmpfs: true,
+        },
+        TierSpec {
+            tier: "SSD",
+            capacity: ssd,
+            tmpfs: false,
+        },
+    ]
+}
+
 #[test]
 fn full_tier_demotes_to_the_next() {
     runtime().block_on(async {
         let cluster = MiniCluster::builder()
-            .tiers(vec![
-                TierSpec {
-                    tier: "MEM",
-                    capacity: 24 << 20,
-                    tmpfs: true,
-                },
-                TierSpec {
-                    tier: "SSD",
-                    capacity: 512 << 20,
-                    tmpfs: false,
-                },
-            ])
+            .tiers(mem_and_ssd(24 << 20, 512 << 20))
             .start()
             .await
             .unwrap();
@@ -244,18 +249,7 @@ fn deleted_blocks_make_room_before_anything_is_demoted() {
     // ask for one rather than push live blocks down to SSD.
     runtime().block_on(async {
         let cluster = MiniCluster::builder()
-            .tiers(vec![
-                TierSpec {
-                    tier: "MEM",
-                    capacity: 24 << 20,
-                    tmpfs: true,
-                },
-                TierSpec {
-                    tier: "SSD",
-                    capacity: 512 << 20,
-                    tmpfs: false,
-                },
-            ])
+            .tiers(mem_and_ssd(24 << 20, 512 << 20))
             .conf(|c| {
                 // no heartbeat unless the worker asks for one
                 c.worker.heartbeat_interval = curvine_common::conf::Dur(Duration::from_secs(600));
@@ -299,18 +293,7 @@ fn deleted_blocks_make_room_before_anything_is_demoted() {
 fn all_tiers_full_is_a_clean_error() {
     runtime().block_on(async {
         let cluster = MiniCluster::builder()
-            .tiers(vec![
-                TierSpec {
-                    tier: "MEM",
-                    capacity: 8 << 20,
-                    tmpfs: true,
-                },
-                TierSpec {
-                    tier: "SSD",
-                    capacity: 16 << 20,
-                    tmpfs: false,
-                },
-            ])
+            .tiers(mem_and_ssd(8 << 20, 16 << 20))
             .start()
             .await
             .unwrap();
