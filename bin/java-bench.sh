@@ -11,6 +11,15 @@ source "$(dirname "$0")/common.sh"
 ACTION="${1:?usage: $0 fs.write|fs.read|fuse.write|fuse.read [DIR] [extra flags]}"
 DIR="${2:-/curvine-bench}"
 shift $(( $# >= 2 ? 2 : 1 ))
+case "$ACTION" in
+  fuse.*)
+    # a fuse.* run on an unmounted directory would time the local disk instead
+    d="$DIR"; while [ ! -e "$d" ]; do d="$(dirname "$d")"; done
+    if [ "$(stat -f -c %t "$d")" != 65735546 ]; then
+      echo "$0: $DIR is not on a FUSE mount (bin/curvine-fuse.sh start mounts one)" >&2
+      exit 1
+    fi ;;
+esac
 
 JAVA_DIR="$CURVINE_HOME/java"
 JAR="${CURVINE_JAVA_JAR:-$(ls "$JAVA_DIR"/target/curvine-hadoop-*.jar 2>/dev/null | head -n1 || true)}"
