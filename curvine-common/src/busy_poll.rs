@@ -39,8 +39,6 @@ pub struct BusyPoll {
     /// The keeper, once started (None if its thread could not be made).
     keeper: OnceLock<Option<Thread>>,
     keeper_asleep: AtomicBool,
-    /// The keeper's thread id, once it runs at idle priority (0 before).
-    keeper_tid: std::sync::atomic::AtomicI32,
 }
 
 static GLOBAL: BusyPoll = BusyPoll::new();
@@ -137,7 +135,6 @@ impl BusyPoll {
             last_request: AtomicU64::new(0),
             keeper: OnceLock::new(),
             keeper_asleep: AtomicBool::new(false),
-            keeper_tid: std::sync::atomic::AtomicI32::new(0),
         }
     }
 
@@ -228,16 +225,12 @@ impl BusyPoll {
 
     fn spawn_keeper(&'static self) -> Option<Thread> {
         let spawned = std::thread::Builder::new()
-            .name("busy-poll-keeper".into())
+            .name("busy-poll-keep".into()) // a thread name shows 15 bytes at most
             .spawn(move || {
                 if let Err(e) = set_idle_priority() {
                     tracing::warn!(error = %e, "no busy-poll keeper: cannot set SCHED_IDLE");
                     return;
                 }
-                // SAFETY: gettid takes no arguments.
-                #[allow(unsafe_code)]
-                let tid = unsafe { libc::gettid() };
-                self.keeper_tid.store(tid, Ordering::SeqCst);
                 self.keep_awake();
             });
         match spawned {
@@ -411,22 +404,34 @@ mod tests {
         let bp: &'static BusyPoll = Box::leak(Box::new(BusyPoll::new()));
         bp.set(Duration::from_millis(30));
         bp.start_keeper();
-        eventually("the keeper runs", || {
-            bp.keeper_tid.load(Ordering::SeqCst) != 0
-        });
-        let tid = bp.keeper_tid.load(Ordering::SeqCst);
-        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+        // the keeper's thread, found by its name (which the thread sets as it starts)
+        let keeper_tid = || {
+            std::fs::read_dir("/proc/self/task")
+                .unwrap()
+                .flatten()
+                .find(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.trim() == "busy-poll-keep")
+                })
+                .and_then(|t| t.file_name().into_string().ok())
+        };
+        eventually("the keeper thread starts", || keeper_tid().is_some());
+        let tid = keeper_tid().unwrap();
         // field 41 (policy), counted after the ")" that ends the thread name
-        let policy: i32 = stat
-            .rsplit(')')
-            .next()
-            .unwrap()
-            .split_whitespace()
-            .nth(38)
-            .unwrap()
-            .parse()
-            .unwrap();
-        assert_eq!(policy, libc::SCHED_IDLE);
+        let policy = || -> i32 {
+            let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+            stat.rsplit(')')
+                .next()
+                .unwrap()
+                .split_whitespace()
+                .nth(38)
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        eventually("the keeper runs at SCHED_IDLE", || {
+            policy() == libc::SCHED_IDLE
+        });
         // no requests yet: it sleeps
         eventually("the keeper sleeps", || {
             bp.keeper_asleep.load(Ordering::SeqCst)
