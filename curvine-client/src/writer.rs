@@ -32,40 +32,40 @@ const NO_WORKER_WAIT: std::time::Duration = std::time::Duration::from_millis(200
 /// Bytes written but not yet sent, in a page-aligned buffer: block files are written
 /// from it, and the kernel copies from an aligned start faster (`curvine_common::aligned`).
 #[derive(Default)]
-struct Pending {
-    mem: AlignedBuf,
-    len: usize,
-}
+struct Pending(AlignedBuf);
 
 impl Pending {
     fn len(&self) -> usize {
-        self.len
+        self.0.len()
     }
 
     fn is_empty(&self) -> bool {
-        self.len == 0
+        self.0.is_empty()
     }
 
     fn bytes(&self) -> &[u8] {
-        &self.mem[..self.len]
+        &self.0
     }
 
     /// Append `data`, growing to at least `min_cap` bytes when it must grow.
     fn extend(&mut self, data: &[u8], min_cap: usize) {
-        let need = self.len + data.len();
-        if self.mem.len() < need {
-            let mut bigger = AlignedBuf::zeroed(need.max(min_cap).max(2 * self.mem.len()));
-            bigger[..self.len].copy_from_slice(&self.mem[..self.len]);
-            self.mem = bigger;
+        let (len, need) = (self.0.len(), self.0.len() + data.len());
+        if self.0.capacity() < need {
+            let cap = need.max(min_cap).max(2 * self.0.capacity());
+            let mut bigger = AlignedBuf::zeroed(cap);
+            bigger[..len].copy_from_slice(&self.0);
+            bigger.set_len(len);
+            self.0 = bigger;
         }
-        self.mem[self.len..need].copy_from_slice(data);
-        self.len = need;
+        self.0.set_len(need);
+        self.0[len..].copy_from_slice(data);
     }
 
     /// Drop the first `n` bytes (sent).
     fn consume(&mut self, n: usize) {
-        self.mem.copy_within(n..self.len, 0);
-        self.len -= n;
+        let len = self.0.len();
+        self.0.copy_within(n..len, 0);
+        self.0.set_len(len - n);
     }
 }
 

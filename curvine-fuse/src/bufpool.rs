@@ -96,10 +96,8 @@ impl Drop for ReadBuf {
     fn drop(&mut self) {
         if let (Some(pool), Storage::Pooled(b)) = (self.pool.take(), &mut self.buf) {
             let mut free = pool.free.lock().unwrap_or_else(|p| p.into_inner());
-            if free.len() < POOL_KEEP && b.capacity() == POOL_BUF {
-                let mut b = std::mem::take(b);
-                b.set_len(POOL_BUF);
-                free.push(b);
+            if free.len() < POOL_KEEP {
+                free.push(std::mem::take(b));
             }
         }
     }

@@ -154,16 +154,15 @@ pub async fn run_heartbeat_with(
 async fn heartbeat_loop(s: &mut Session, cancel: &CancellationToken) {
     let mut registered = false;
     let retry_wait = s.conf.interval.min(MAX_RETRY_WAIT);
+    let store = s.store.clone();
+    let early = &store.early_heartbeat;
     loop {
-        let early = &s.store.early_heartbeat;
         let wait = if !registered {
             early.set_registered(None);
             match s.register().await {
                 Ok(()) => {
                     registered = true;
-                    s.store
-                        .early_heartbeat
-                        .set_registered(Some(s.conf.interval));
+                    early.set_registered(Some(s.conf.interval));
                     s.conf.interval
                 }
                 Err(e) => {
@@ -177,7 +176,7 @@ async fn heartbeat_loop(s: &mut Session, cancel: &CancellationToken) {
             let sent = s.heartbeat().await;
             // answered also when it failed: waiters go on and evict rather than wait on
             // a master that does not answer
-            s.store.early_heartbeat.answered(upto);
+            early.answered(upto);
             match sent {
                 Ok(true) => s.conf.interval,
                 Ok(false) => {
@@ -199,7 +198,7 @@ async fn heartbeat_loop(s: &mut Session, cancel: &CancellationToken) {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
-            _ = s.store.early_heartbeat.wake.notified(), if registered => {}
+            _ = early.wake.notified(), if registered => {}
         }
     }
 }
