@@ -220,6 +220,9 @@ impl MasterService for FakeMaster {
     async fn report(&self, _r: Request<ReportRequest>) -> R<ReportResponse> {
         unimplemented()
     }
+    async fn watch(&self, _r: Request<WatchRequest>) -> R<WatchResponse> {
+        unimplemented()
+    }
     async fn register_worker(&self, _r: Request<RegisterRequest>) -> R<RegisterResponse> {
         unimplemented()
     }

@@ -524,6 +524,29 @@ impl CurvineFs {
             .await
     }
 
+    /// The master's changes after `after` (in the log named `epoch`) made by other
+    /// clients than this one, waiting up to `wait` (capped at half the call timeout)
+    /// for one. See `WatchRequest` in the protocol; a `reset` reply means the caller
+    /// must drop whatever it caches.
+    pub async fn watch_changes(
+        &self,
+        epoch: &str,
+        after: u64,
+        wait: std::time::Duration,
+    ) -> FsResult<proto::WatchResponse> {
+        let wait = wait.min(self.inner.master.rpc_timeout() / 2);
+        let req = proto::WatchRequest {
+            epoch: epoch.to_string(),
+            after_seq: after,
+            exclude_client: self.inner.client_id,
+            wait_ms: wait.as_millis().min(u32::MAX as u128) as u32,
+        };
+        self.inner
+            .master
+            .call("watch", CallKind::Idempotent, req)
+            .await
+    }
+
     /// Write `data` as the whole content of `path` (created or overwritten).
     pub async fn write_file(&self, path: &str, data: &[u8]) -> FsResult<()> {
         let mut w = self.create(path, true).await?;

@@ -152,6 +152,11 @@ impl MasterClient {
         }
     }
 
+    /// The per-call timeout.
+    pub(crate) fn rpc_timeout(&self) -> Duration {
+        self.rpc_timeout
+    }
+
     /// Make one call with the per-call timeout, retries per `kind` and failover.
     pub(crate) async fn call<R: MasterRpc>(
         &self,

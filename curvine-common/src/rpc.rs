@@ -71,6 +71,7 @@ macro_rules! master_methods {
             25 RegisterWorker RegisterRequest RegisterResponse register_worker;
             26 Heartbeat HeartbeatRequest HeartbeatResponse heartbeat;
             27 ReportBadBlock ReportBadBlockRequest ReportBadBlockResponse report_bad_block;
+            28 Watch WatchRequest WatchResponse watch;
         }
     };
 }
@@ -272,6 +273,6 @@ mod tests {
             };
         }
         master_methods!(unique);
-        assert_eq!(ids.len(), 27);
+        assert_eq!(ids.len(), 28);
     }
 }

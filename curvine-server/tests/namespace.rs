@@ -289,3 +289,62 @@ fn report_shows_worker_tiers() {
         assert_eq!(r.workers[0].tiers.len(), 2);
     });
 }
+
+#[test]
+fn the_change_log_tells_one_client_what_another_changed() {
+    run(1, |s| async move {
+        use std::time::Duration;
+        let fs = &s.fs;
+        let other = curvine_client::CurvineFs::connect(s.cluster.client_conf())
+            .await
+            .unwrap();
+        let me = other.watch_changes("", 0, Duration::ZERO).await.unwrap();
+        assert!(me.reset, "a first call learns the epoch");
+        let (epoch, after) = (me.epoch, me.last_seq);
+
+        // the follower's own change is left out; another client's reaches it
+        other.mkdir("/watch1", true).await.unwrap();
+        fs.write_file("/watch1/f", b"abc").await.unwrap();
+        let dir = fs.stat("/watch1").await.unwrap();
+        let file = fs.stat("/watch1/f").await.unwrap();
+        let mut seen = Vec::new();
+        let mut inodes = Vec::new();
+        let mut at = after;
+        while !seen
+            .iter()
+            .any(|(p, n): &(u64, String)| *p == dir.id && n == "f")
+        {
+            let r = other
+                .watch_changes(&epoch, at, Duration::from_secs(5))
+                .await
+                .unwrap();
+            assert!(!r.reset);
+            assert!(!r.changes.is_empty(), "the change arrives within the wait");
+            for c in &r.changes {
+                assert!(
+                    !c.entries.iter().any(|e| e.name == "watch1"),
+                    "the follower's own mkdir is not reported back to it"
+                );
+                inodes.extend(c.inodes.iter().copied());
+                seen.extend(c.entries.iter().map(|e| (e.parent, e.name.clone())));
+            }
+            at = r.last_seq;
+        }
+        assert!(inodes.contains(&file.id) && inodes.contains(&dir.id));
+
+        // other tests share the cluster, so more changes may come; the wait ends either
+        // way. A stale epoch is told to reset.
+        let r = other
+            .watch_changes(&epoch, at, Duration::from_millis(50))
+            .await
+            .unwrap();
+        assert!(!r.reset && r.last_seq >= at);
+        assert!(
+            other
+                .watch_changes("another", at, Duration::ZERO)
+                .await
+                .unwrap()
+                .reset
+        );
+    });
+}

@@ -16,7 +16,7 @@ const MAX_XATTR_VALUE: usize = 64 << 10;
 impl Namespace {
     pub fn set_attr(&self, req: &SetAttrRequest) -> FsResult<(FileStatus, u64)> {
         let c = req.caller.clone().unwrap_or_default();
-        self.mutate(|txn| {
+        self.mutate(c.client_id, |txn| {
             let w = self.walk(&*txn, &req.path, &c, true)?;
             let mut ino = w.existing()?.clone();
             let owner = is_root(&c) || c.uid == ino.uid;
@@ -84,7 +84,7 @@ impl Namespace {
                 value.len()
             )));
         }
-        self.mutate(|txn| {
+        self.mutate(c.client_id, |txn| {
             let w = self.walk(&*txn, path, c, true)?;
             let mut ino = w.existing()?.clone();
             check(c, &ino, 2, &w.path)?;
@@ -123,7 +123,7 @@ impl Namespace {
     }
 
     pub fn remove_xattr(&self, path: &str, name: &str, c: &CallerInfo) -> FsResult<((), u64)> {
-        self.mutate(|txn| {
+        self.mutate(c.client_id, |txn| {
             let w = self.walk(&*txn, path, c, true)?;
             let mut ino = w.existing()?.clone();
             check(c, &ino, 2, &w.path)?;

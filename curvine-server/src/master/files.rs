@@ -40,7 +40,7 @@ impl Namespace {
                 "replicas {replicas} is out of range (1..=16)"
             )));
         }
-        self.mutate(|txn| {
+        self.mutate(c.client_id, |txn| {
             let parent = if req.create_parents {
                 self.mkdirs_for(txn, &req.path, &c)?
             } else {
@@ -114,7 +114,7 @@ impl Namespace {
         req: &AppendRequest,
     ) -> FsResult<((FileStatus, Option<LocatedBlock>), u64)> {
         let c = req.caller.clone().unwrap_or_default();
-        let (st, seq) = self.mutate(|txn| {
+        let (st, seq) = self.mutate(c.client_id, |txn| {
             let w = self.walk(&*txn, &req.path, &c, true)?;
             let mut ino = w.existing()?.clone();
             if is_dir(&ino) {
@@ -242,7 +242,7 @@ impl Namespace {
 
     pub fn add_block(&self, req: &AddBlockRequest) -> FsResult<(LocatedBlock, u64)> {
         let c = req.caller.clone().unwrap_or_default();
-        self.mutate(|txn| {
+        self.mutate(c.client_id, |txn| {
             let mut ino = self.writing(txn, req.file_id, &req.path, c.client_id)?;
             let offset = self.commit_blocks(txn, &mut ino, &req.previous)?;
             let index = ino.next_block_index;
@@ -299,7 +299,7 @@ impl Namespace {
 
     pub fn complete(&self, req: &CompleteRequest) -> FsResult<(FileStatus, u64)> {
         let c = req.caller.clone().unwrap_or_default();
-        self.mutate(|txn| {
+        self.mutate(c.client_id, |txn| {
             if let Some(ino) = txn.inode(req.file_id)? {
                 if is_file(&ino) && ino.complete && self.leases.touch(ino.id, c.client_id).is_none() {
                     // A retried complete whose reply was lost.
@@ -332,7 +332,7 @@ impl Namespace {
     /// survive the writer (abandon and lease expiry keep the committed blocks).
     pub fn sync(&self, req: &SyncRequest) -> FsResult<(FileStatus, u64)> {
         let c = req.caller.clone().unwrap_or_default();
-        self.mutate(|txn| {
+        self.mutate(c.client_id, |txn| {
             let mut ino = self.writing(txn, req.file_id, &req.path, c.client_id)?;
             let len = self.commit_blocks(txn, &mut ino, &req.blocks)?;
             if len != req.len {
@@ -352,7 +352,7 @@ impl Namespace {
     /// Give up a file being written: a new file is removed, an append (or a file that
     /// was synced) is rolled back to its committed blocks and completed. `client` None = lease expiry.
     pub fn abandon(&self, file_id: u64, path: &str, client: Option<u64>) -> FsResult<((), u64)> {
-        self.mutate(|txn| {
+        self.mutate(client.unwrap_or(0), |txn| {
             let mut ino = match client {
                 Some(cl) => self.writing(txn, file_id, path, cl)?,
                 None => match txn.inode(file_id)? {
@@ -452,7 +452,7 @@ impl Namespace {
     }
 
     pub fn truncate(&self, path: &str, len: u64, c: &CallerInfo) -> FsResult<(FileStatus, u64)> {
-        self.mutate(|txn| {
+        self.mutate(c.client_id, |txn| {
             let w = self.walk(&*txn, path, c, true)?;
             let mut ino = w.existing()?.clone();
             if is_dir(&ino) {

@@ -4,10 +4,12 @@
 //! (persisted prost records and the `JournalEntry`), `syncer` (WAL group commit),
 //! `namespace` (path walk, permissions, the mutation primitive), `tree`, `files` and
 //! `attrs` (the operations), `workers` (registry, placement, block reports), `lease`
-//! (writer leases), `service` (the tonic service).
+//! (writer leases), `changes` (the change log mounts follow), `service` (the tonic
+//! service).
 
 mod attrs;
 pub mod auth;
+mod changes;
 mod dircache;
 mod files;
 mod framed;
@@ -88,7 +90,10 @@ pub async fn run(
     );
     tasks.close();
 
-    let svc = Arc::new(service::MasterSvc { ns: ns.clone() });
+    let svc = Arc::new(service::MasterSvc {
+        ns: ns.clone(),
+        stop: cancel.clone(),
+    });
     let auth = auth::AuthInterceptor::new(&conf.cluster.auth_token);
     // one port, two protocols: framed connections are served by `framed`, the rest
     // reach tonic through this channel

@@ -12,6 +12,7 @@ use curvine_common::{FsError, FsResult, InodeId};
 use prost::Message;
 use tracing::info;
 
+use super::changes::{ChangeLog, KEPT_CHANGES};
 use super::lease::Leases;
 use super::records::{
     op::Kind, BlockRec, Counters, EdgeRec, InodeRec, JournalEntry, MetaRec, WorkerBlockRec,
@@ -33,6 +34,8 @@ pub struct Namespace {
     pub(super) workers: Workers,
     pub(super) cluster_id: String,
     pub(super) repl: super::replication::Replication,
+    /// What each mutation touched, for clients that cache metadata.
+    pub(super) changes: ChangeLog,
 }
 
 /// Read access shared by the store (lock-free reads) and a transaction (its own
@@ -384,6 +387,7 @@ impl Namespace {
             workers: Workers::new(lost_timeout),
             cluster_id,
             repl: Default::default(),
+            changes: ChangeLog::new(KEPT_CHANGES),
         };
         ns.workers.load(&ns.store)?;
         // Writers of files open before the restart get a fresh lease to continue.
@@ -411,10 +415,12 @@ impl Namespace {
         &self.cluster_id
     }
 
-    /// Run `f` under the mutation lock and apply what it built as one journal entry.
+    /// Run `f` under the mutation lock and apply what it built as one journal entry,
+    /// made for client `origin` (its `CallerInfo.client_id`; 0 for the master's own).
     /// Returns the write's sequence for `Syncer::wait` (0 when nothing was written).
     pub(super) fn mutate<R>(
         &self,
+        origin: u64,
         f: impl FnOnce(&mut Txn<'_>) -> FsResult<R>,
     ) -> FsResult<(R, u64)> {
         let mut guard = self.mu.lock().unwrap_or_else(|p| p.into_inner());
@@ -441,6 +447,7 @@ impl Namespace {
         }
         self.store.apply(&txn.entry)?;
         let seq = self.syncer.wrote();
+        self.changes.record(origin, &txn.entry);
         *guard = txn.counters;
         for id in txn.releases {
             self.leases.release(id);

@@ -236,7 +236,7 @@ impl Namespace {
     /// dropped (and the worker told to delete it) when another live replica remains.
     pub fn report_bad_block(&self, block: u64, worker: u32, reason: &str) -> FsResult<(bool, u64)> {
         let live = self.workers.live_addresses();
-        let (removed, seq) = self.mutate(|txn| {
+        let (removed, seq) = self.mutate(0, |txn| {
             let Some(b) = txn.store.block(block)? else {
                 return Ok(false);
             };

@@ -4,13 +4,16 @@ use std::sync::Arc;
 
 use curvine_common::proto::master_service_server::MasterService;
 use curvine_common::proto::*;
-use curvine_common::FsResult;
+use curvine_common::{FsError, FsResult};
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use super::namespace::Namespace;
 
 pub struct MasterSvc {
     pub ns: Arc<Namespace>,
+    /// The master is stopping: long polls (`watch`) end at once.
+    pub stop: CancellationToken,
 }
 
 type Reply<T> = Result<Response<T>, Status>;
@@ -255,5 +258,18 @@ impl MasterService for MasterSvc {
             .durable(self.ns.report_bad_block(r.block_id, r.worker_id, &r.reason))
             .await?;
         Ok(Response::new(ReportBadBlockResponse { removed }))
+    }
+
+    async fn watch(&self, req: Request<WatchRequest>) -> Reply<WatchResponse> {
+        fault_rpc!("master.Watch", &req);
+        let r = req.into_inner();
+        tokio::select! {
+            resp = self.ns.changes.watch(&r) => Ok(Response::new(resp)),
+            // the follower calls again, and finds the master gone or restarted
+            _ = self.stop.cancelled() => Err(FsError::Unavailable {
+                message: "the master is stopping".into(),
+            }
+            .into()),
+        }
     }
 }

@@ -22,7 +22,7 @@ impl Namespace {
         mode: u32,
         c: &CallerInfo,
     ) -> FsResult<(FileStatus, u64)> {
-        self.mutate(|txn| {
+        self.mutate(c.client_id, |txn| {
             let (ino, path) = {
                 let w = self.walk(&*txn, path, c, true);
                 match w {
@@ -141,7 +141,7 @@ impl Namespace {
                 message: "bad symlink target".into(),
             });
         }
-        self.mutate(|txn| {
+        self.mutate(c.client_id, |txn| {
             let w = self.walk(&*txn, link, c, false)?;
             if w.inode.is_some() {
                 return Err(FsError::exists(&w.path));
@@ -178,7 +178,7 @@ impl Namespace {
                 )))
             }
         }
-        self.mutate(|txn| {
+        self.mutate(c.client_id, |txn| {
             let w = self.walk(&*txn, &req.path, &c, false)?;
             if w.inode.is_some() {
                 return Err(FsError::exists(&w.path));
@@ -196,7 +196,7 @@ impl Namespace {
     }
 
     pub fn link(&self, src: &str, dst: &str, c: &CallerInfo) -> FsResult<(FileStatus, u64)> {
-        self.mutate(|txn| {
+        self.mutate(c.client_id, |txn| {
             let s = self.walk(&*txn, src, c, false)?;
             let mut ino = s.existing()?.clone();
             if is_dir(&ino) {
@@ -225,7 +225,7 @@ impl Namespace {
 
     /// Delete `path`; returns the time stamped on its parent directory.
     pub fn delete(&self, path: &str, recursive: bool, c: &CallerInfo) -> FsResult<(i64, u64)> {
-        self.mutate(|txn| {
+        self.mutate(c.client_id, |txn| {
             let w = self.walk(&*txn, path, c, false)?;
             let Some(parent) = w.parent.clone() else {
                 return Err(FsError::invalid("refusing to delete /"));
@@ -288,7 +288,7 @@ impl Namespace {
         {
             return Err(FsError::invalid(format!("bad rename flags {flags:#x}")));
         }
-        self.mutate(|txn| {
+        self.mutate(c.client_id, |txn| {
             let s = self.walk(&*txn, src, c, false)?;
             let sdir = s
                 .parent

@@ -304,7 +304,7 @@ impl Namespace {
         let known = req.worker_id != 0 && self.workers.read().contains_key(&req.worker_id);
         // Assign an id and persist the address and the block report's consequences.
         let reported: Vec<&BlockReplica> = req.blocks.iter().collect();
-        let ((id, stale), seq) = self.mutate(|txn| {
+        let ((id, stale), seq) = self.mutate(0, |txn| {
             let id = if known {
                 req.worker_id
             } else {
@@ -384,7 +384,7 @@ impl Namespace {
         let (stale, seq) = if req.added.is_empty() && req.removed.is_empty() {
             (Vec::new(), 0)
         } else {
-            self.mutate(|txn| {
+            self.mutate(0, |txn| {
                 let mut stale = Vec::new();
                 for r in &req.added {
                     if !self.record_replica(txn, id, r)? {

@@ -75,6 +75,7 @@ impl MasterService for FakeMaster {
         remove_xattr(RemoveXattrRequest) -> RemoveXattrResponse;
         report(ReportRequest) -> ReportResponse;
         report_bad_block(ReportBadBlockRequest) -> ReportBadBlockResponse;
+        watch(WatchRequest) -> WatchResponse;
     }
 
     async fn register_worker(

@@ -1,0 +1,289 @@
+//! The change log: what each namespace mutation touched (inodes, directory entries) and
+//! which client made it, kept in memory for clients that cache metadata (FUSE mounts).
+//! A mount follows the log with long polls (`Watch`) and drops the kernel's cache entries
+//! that other clients changed, so it can let the kernel keep them much longer than the
+//! time a stale entry could be tolerated.
+//!
+//! The log is not persisted: each master start begins a new epoch, and a follower from
+//! another epoch, or one that fell behind what the log holds, is told to reset.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use curvine_common::proto::{Change, ChangedEntry, WatchRequest, WatchResponse};
+use tokio::sync::watch;
+
+use super::records::{op::Kind, JournalEntry};
+
+/// Changes kept for followers: a follower further behind than this must reset.
+pub(super) const KEPT_CHANGES: usize = 65_536;
+/// Changes sent in one reply at the most.
+const MAX_REPLY_CHANGES: usize = 4_096;
+/// The longest a watch call waits for a change.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+struct Kept {
+    origin: u64,
+    change: Change,
+}
+
+struct Log {
+    /// The newest change's sequence (0 before the first).
+    last: u64,
+    /// The changes `last - kept.len() + 1 ..= last`.
+    kept: VecDeque<Kept>,
+}
+
+pub(super) struct ChangeLog {
+    epoch: String,
+    log: Mutex<Log>,
+    /// The newest sequence, for waiting followers.
+    newest: watch::Sender<u64>,
+    cap: usize,
+}
+
+impl ChangeLog {
+    pub(super) fn new(cap: usize) -> ChangeLog {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        ChangeLog {
+            epoch: format!("{:x}-{:x}", nanos, std::process::id()),
+            log: Mutex::new(Log {
+                last: 0,
+                kept: VecDeque::new(),
+            }),
+            newest: watch::Sender::new(0),
+            cap: cap.max(1),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Log> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Record what `entry`, applied for client `origin` (0: the master itself), touched.
+    /// Called in apply order (under the namespace's mutation lock).
+    pub(super) fn record(&self, origin: u64, entry: &JournalEntry) {
+        let mut inodes: Vec<u64> = Vec::new();
+        let mut entries: Vec<ChangedEntry> = Vec::new();
+        for op in &entry.ops {
+            match &op.kind {
+                Some(Kind::PutInode(i)) => inodes.push(i.id),
+                Some(Kind::DelInode(id)) => inodes.push(*id),
+                Some(Kind::PutEdge(e)) | Some(Kind::DelEdge(e)) => entries.push(ChangedEntry {
+                    parent: e.parent,
+                    name: e.name.clone(),
+                }),
+                _ => {}
+            }
+        }
+        if inodes.is_empty() && entries.is_empty() {
+            return; // block bookkeeping only: nothing a client caches
+        }
+        inodes.sort_unstable();
+        inodes.dedup();
+        let seq = {
+            let mut log = self.lock();
+            log.last += 1;
+            let seq = log.last;
+            if log.kept.len() == self.cap {
+                log.kept.pop_front();
+            }
+            log.kept.push_back(Kept {
+                origin,
+                change: Change {
+                    seq,
+                    inodes,
+                    entries,
+                },
+            });
+            seq
+        };
+        self.newest.send_replace(seq);
+    }
+
+    /// The changes after `after` not made by `exclude`, up to `MAX_REPLY_CHANGES`, and
+    /// the sequence the caller has now seen; `None` when the log no longer holds them all.
+    fn since(&self, after: u64, exclude: u64) -> Option<(Vec<Change>, u64)> {
+        let log = self.lock();
+        let first = log.last + 1 - log.kept.len() as u64;
+        if after > log.last || after + 1 < first {
+            return None;
+        }
+        let mut out = Vec::new();
+        let mut seen = after;
+        for k in log.kept.iter().skip((after + 1 - first) as usize) {
+            if out.len() == MAX_REPLY_CHANGES {
+                break;
+            }
+            seen = k.change.seq;
+            if exclude == 0 || k.origin != exclude {
+                out.push(k.change.clone());
+            }
+        }
+        Some((out, seen))
+    }
+
+    /// Answer a watch call: changes from others after `req.after_seq`, waiting up to
+    /// `req.wait_ms` (at most a minute) for one; a reset when the log cannot tell.
+    pub(super) async fn watch(&self, req: &WatchRequest) -> WatchResponse {
+        let reset = || WatchResponse {
+            epoch: self.epoch.clone(),
+            last_seq: *self.newest.borrow(),
+            reset: true,
+            changes: Vec::new(),
+        };
+        if req.epoch != self.epoch {
+            return reset();
+        }
+        let wait = Duration::from_millis(req.wait_ms.into()).min(MAX_WAIT);
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut rx = self.newest.subscribe();
+        let mut after = req.after_seq;
+        loop {
+            rx.borrow_and_update();
+            let Some((changes, seen)) = self.since(after, req.exclude_client) else {
+                return reset();
+            };
+            after = seen;
+            if !changes.is_empty() || tokio::time::Instant::now() >= deadline {
+                return WatchResponse {
+                    epoch: self.epoch.clone(),
+                    last_seq: after,
+                    reset: false,
+                    changes,
+                };
+            }
+            // Only the caller's own changes (or none) so far: wait for the next one.
+            if tokio::time::timeout_at(deadline, rx.changed())
+                .await
+                .is_err()
+            {
+                continue; // the deadline: one more look, then the empty reply
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::records::{op::Kind, EdgeRec, InodeRec, JournalEntry};
+    use super::*;
+
+    fn entry(inode: u64, parent: u64, name: &str) -> JournalEntry {
+        let mut e = JournalEntry::default();
+        e.push(Kind::PutInode(InodeRec {
+            id: inode,
+            ..Default::default()
+        }));
+        e.push(Kind::PutEdge(EdgeRec {
+            parent,
+            name: name.into(),
+            child: inode,
+        }));
+        e.push(Kind::PutInode(InodeRec {
+            id: inode,
+            ..Default::default()
+        }));
+        e
+    }
+
+    fn req(log: &ChangeLog, after: u64, exclude: u64, wait_ms: u32) -> WatchRequest {
+        WatchRequest {
+            epoch: log.epoch.clone(),
+            after_seq: after,
+            exclude_client: exclude,
+            wait_ms,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_first_call_resets_and_learns_the_epoch() {
+        let log = ChangeLog::new(8);
+        log.record(1, &entry(10, 1, "a"));
+        let r = log.watch(&WatchRequest::default()).await;
+        assert!(r.reset);
+        assert_eq!(r.epoch, log.epoch);
+        assert_eq!(r.last_seq, 1);
+        let r = log.watch(&req(&log, r.last_seq, 0, 0)).await;
+        assert!(!r.reset);
+        assert!(r.changes.is_empty());
+    }
+
+    #[tokio::test]
+    async fn changes_name_their_inodes_once_and_their_entries() {
+        let log = ChangeLog::new(8);
+        log.record(7, &entry(10, 1, "a"));
+        log.record(0, &JournalEntry::default()); // nothing touched: not a change
+        let r = log.watch(&req(&log, 0, 0, 0)).await;
+        assert_eq!(r.last_seq, 1);
+        assert_eq!(r.changes.len(), 1);
+        assert_eq!(r.changes[0].inodes, vec![10]);
+        assert_eq!(r.changes[0].entries.len(), 1);
+        assert_eq!(r.changes[0].entries[0].parent, 1);
+        assert_eq!(r.changes[0].entries[0].name, "a");
+    }
+
+    #[tokio::test]
+    async fn the_callers_own_changes_are_left_out_but_passed() {
+        let log = ChangeLog::new(8);
+        log.record(7, &entry(10, 1, "mine"));
+        log.record(8, &entry(11, 1, "theirs"));
+        log.record(7, &entry(12, 1, "mine too"));
+        let r = log.watch(&req(&log, 0, 7, 0)).await;
+        assert_eq!(r.last_seq, 3);
+        let names: Vec<_> = r
+            .changes
+            .iter()
+            .map(|c| c.entries[0].name.as_str())
+            .collect();
+        assert_eq!(names, ["theirs"]);
+    }
+
+    #[tokio::test]
+    async fn a_follower_behind_the_kept_changes_resets() {
+        let log = ChangeLog::new(2);
+        for i in 0..3 {
+            log.record(1, &entry(10 + i, 1, "x"));
+        }
+        assert!(log.watch(&req(&log, 0, 0, 0)).await.reset);
+        let r = log.watch(&req(&log, 1, 0, 0)).await;
+        assert!(!r.reset);
+        assert_eq!(r.changes.len(), 2);
+        // from another epoch, or ahead of the log (a restarted master)
+        let mut other = req(&log, 3, 0, 0);
+        other.epoch = "old".into();
+        assert!(log.watch(&other).await.reset);
+        assert!(log.watch(&req(&log, 4, 0, 0)).await.reset);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_follower_wakes_for_a_change_of_another_client() {
+        let log = std::sync::Arc::new(ChangeLog::new(8));
+        let l = log.clone();
+        let waiter = tokio::spawn(async move { l.watch(&req(&l, 0, 7, 60_000)).await });
+        // the follower's own change does not end the wait; another client's does
+        log.record(7, &entry(10, 1, "mine"));
+        tokio::task::yield_now().await;
+        log.record(8, &entry(11, 1, "theirs"));
+        let r = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the watch returns once another client changed something")
+            .expect("no panic");
+        assert_eq!(r.last_seq, 2);
+        assert_eq!(r.changes.len(), 1);
+        assert_eq!(r.changes[0].inodes, vec![11]);
+    }
+
+    #[tokio::test]
+    async fn a_wait_without_changes_ends_empty_at_its_deadline() {
+        let log = ChangeLog::new(8);
+        let r = log.watch(&req(&log, 0, 0, 20)).await;
+        assert!(!r.reset);
+        assert!(r.changes.is_empty());
+        assert_eq!(r.last_seq, 0);
+    }
+}
