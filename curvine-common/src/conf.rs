@@ -351,8 +351,8 @@ impl Default for FuseConf {
         FuseConf {
             mnt_path: PathBuf::from("/curvine-fuse"),
             fs_path: "/".into(),
-            attr_ttl: Dur(Duration::from_secs(1)),
-            entry_ttl: Dur(Duration::from_secs(1)),
+            attr_ttl: Dur(Duration::from_secs(30)),
+            entry_ttl: Dur(Duration::from_secs(30)),
             negative_ttl: Dur(Duration::from_secs(0)),
             max_write: ByteSize(1 << 20),
             writeback_cache: false,

@@ -43,11 +43,19 @@ impl DirAttrs {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The copy of directory `ino`, if one was fetched within `attr_ttl`.
-    pub(crate) fn get(&self, ino: u64) -> Option<FileAttr> {
+    /// The copy of directory `ino`, if one was fetched within `ttl` (at most `attr_ttl`).
+    pub(crate) fn get(&self, ino: u64, ttl: Duration) -> Option<FileAttr> {
         match self.lock().get(&ino) {
-            Some(Entry::Copy(attr, at)) if at.elapsed() < self.ttl => Some(*attr),
+            Some(Entry::Copy(attr, at)) if at.elapsed() < ttl.min(self.ttl) => Some(*attr),
             _ => None,
+        }
+    }
+
+    /// Drop every copy (the mount cannot tell which directories changed).
+    pub(crate) fn clear(&self) {
+        let now = Instant::now();
+        for e in self.lock().values_mut() {
+            *e = Entry::Changed(now);
         }
     }
 
@@ -115,36 +123,39 @@ mod tests {
     #[test]
     fn copies_follow_creates_and_go_on_other_changes_or_expiry() {
         let d = DirAttrs::new(Duration::from_secs(60));
-        assert!(d.get(5).is_none());
+        assert!(d.get(5, Duration::MAX).is_none());
         let t0 = Instant::now();
         d.fetched(&empty_attr(6, FileType::RegularFile), t0);
-        assert!(d.get(6).is_none(), "only directories are kept");
+        assert!(
+            d.get(6, Duration::MAX).is_none(),
+            "only directories are kept"
+        );
         d.fetched(&dir(5, 1_000), t0);
         d.stamped(5, 2_500);
-        let a = d.get(5).unwrap();
+        let a = d.get(5, Duration::MAX).unwrap();
         assert_eq!((ms(a.mtime), ms(a.ctime)), (2_500, 2_500));
         // a fetch that saw the directory before that create does not take the copy back
         d.fetched(&dir(5, 1_000), Instant::now());
-        assert_eq!(ms(d.get(5).unwrap().mtime), 2_500);
+        assert_eq!(ms(d.get(5, Duration::MAX).unwrap().mtime), 2_500);
         // a change the mount cannot apply drops the copy, and a fetch that began before
         // it is not kept; one that began after it is
         let before = Instant::now();
         d.changed(5);
-        assert!(d.get(5).is_none());
+        assert!(d.get(5, Duration::MAX).is_none());
         d.fetched(&dir(5, 3_000), before);
-        assert!(d.get(5).is_none());
+        assert!(d.get(5, Duration::MAX).is_none());
         d.fetched(&dir(5, 3_000), Instant::now());
-        assert_eq!(ms(d.get(5).unwrap().ctime), 3_000);
+        assert_eq!(ms(d.get(5, Duration::MAX).unwrap().ctime), 3_000);
         // a create in a directory with no copy: earlier fetches are not kept either
         let before = Instant::now();
         d.stamped(9, 4_000);
         d.fetched(&dir(9, 1_000), before);
-        assert!(d.get(9).is_none());
+        assert!(d.get(9, Duration::MAX).is_none());
 
         let short = DirAttrs::new(Duration::from_millis(1));
         short.fetched(&dir(7, 1_000), Instant::now());
         let deadline = Instant::now() + Duration::from_secs(5);
-        while short.get(7).is_some() {
+        while short.get(7, Duration::MAX).is_some() {
             assert!(
                 Instant::now() < deadline,
                 "a copy older than attr_ttl is not served"
@@ -152,6 +163,9 @@ mod tests {
         }
         let off = DirAttrs::new(Duration::ZERO);
         off.fetched(&dir(8, 1_000), Instant::now());
-        assert!(off.get(8).is_none(), "attr_ttl 0 keeps nothing");
+        assert!(
+            off.get(8, Duration::MAX).is_none(),
+            "attr_ttl 0 keeps nothing"
+        );
     }
 }

@@ -19,10 +19,12 @@ use tracing::{debug, warn};
 
 use crate::attr::{apply_local, errno, to_attr};
 use crate::bufpool::BufPool;
+use crate::coherence::Coherence;
 use crate::dirattrs::DirAttrs;
 use crate::dirty::Spill;
 use crate::file::{Content, FileState};
 use crate::inodes::{InodeTable, NameError};
+use crate::listings::Listings;
 
 /// What the mount was asked for (from `[fuse]` and the command line).
 #[derive(Debug, Clone)]
@@ -133,7 +135,7 @@ impl Handle {
 pub struct CurvineFuse {
     pub(crate) fs: CurvineFs,
     pub(crate) opts: MountOptions,
-    pub(crate) inodes: InodeTable,
+    pub(crate) inodes: Arc<InodeTable>,
     files: Mutex<HashMap<u64, Slot>>,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
     pub(crate) dirs: Mutex<HashMap<u64, Arc<Vec<FileStatus>>>>,
@@ -147,7 +149,11 @@ pub struct CurvineFuse {
     /// Reply buffers of large reads.
     bufs: Arc<BufPool>,
     /// Directory attributes kept for `attr_ttl` (see `dirattrs`).
-    pub(crate) dir_attrs: DirAttrs,
+    pub(crate) dir_attrs: Arc<DirAttrs>,
+    /// Following the master's changes, which lets the kernel cache for long.
+    pub(crate) coherence: Arc<Coherence>,
+    /// Directories whose every name this mount knows (see `listings`).
+    pub(crate) listings: Arc<Listings>,
     /// Memory and spill files of the files being modified in place.
     spill: Arc<Spill>,
 }
@@ -166,7 +172,7 @@ impl CurvineFuse {
         let root = fs.stat(&opts.fs_path).await?;
         if attr_kind_is_dir(&root) {
             Ok(CurvineFuse {
-                inodes: InodeTable::new(root.path.clone(), root.id),
+                inodes: Arc::new(InodeTable::new(root.path.clone(), root.id)),
                 fs,
                 files: Mutex::new(HashMap::new()),
                 handles: Mutex::new(HashMap::new()),
@@ -175,12 +181,72 @@ impl CurvineFuse {
                 cached: Mutex::new(HashMap::new()),
                 next_fh: AtomicU64::new(1),
                 bufs: Arc::new(BufPool::default()),
-                dir_attrs: DirAttrs::new(opts.attr_ttl),
+                dir_attrs: Arc::new(DirAttrs::new(opts.attr_ttl)),
+                coherence: Arc::default(),
+                listings: Arc::default(),
                 spill: Spill::new(opts.spill_dir.clone(), opts.dirty_mem),
                 opts,
             })
         } else {
             Err(FsError::NotADirectory { path: root.path })
+        }
+    }
+
+    /// How long the kernel may keep an entry: `entry_ttl`, at most 1s while the mount
+    /// does not follow the master's changes.
+    pub(crate) fn entry_ttl(&self) -> Duration {
+        self.coherence.ttl(self.opts.entry_ttl)
+    }
+
+    /// As `entry_ttl`, for attributes.
+    pub(crate) fn attr_ttl(&self) -> Duration {
+        self.coherence.ttl(self.opts.attr_ttl)
+    }
+
+    /// Follow the master's changes; `fd` is the mount's `/dev/fuse` descriptor.
+    pub(crate) fn follow_changes(&self, fd: Option<i32>) {
+        self.coherence.start(
+            fd,
+            self.fs.clone(),
+            self.inodes.clone(),
+            self.dir_attrs.clone(),
+            self.listings.clone(),
+        );
+    }
+
+    /// Whether `name` is surely not in directory `parent` (answered without the master).
+    pub(crate) fn surely_absent(&self, parent: u64, name: &OsStr) -> bool {
+        self.coherence.following()
+            && name
+                .to_str()
+                .is_some_and(|n| self.listings.absent(parent, n))
+    }
+
+    /// The outcome of a call that adds `name` to `parent`: kept in the listing, or on
+    /// failure the listing is forgotten (the call found the directory otherwise than the
+    /// mount thought, or failed half way).
+    pub(crate) fn note_added<T, E>(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        r: &std::result::Result<T, E>,
+    ) {
+        match (r, name.to_str()) {
+            (Ok(_), Some(n)) => self.listings.added(parent, n),
+            _ => self.listings.forget(parent),
+        }
+    }
+
+    /// As `note_added`, for a call that removes `name` from `parent`.
+    pub(crate) fn note_removed<T, E>(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        r: &std::result::Result<T, E>,
+    ) {
+        match (r, name.to_str()) {
+            (Ok(_), Some(n)) => self.listings.removed(parent, n),
+            _ => self.listings.forget(parent),
         }
     }
 
@@ -247,7 +313,7 @@ impl CurvineFuse {
     pub(crate) fn entry_of(&self, attr: FileAttr, path: &str) -> ReplyEntry {
         self.inodes.remember(attr.ino, path);
         ReplyEntry {
-            ttl: self.opts.entry_ttl,
+            ttl: self.entry_ttl(),
             attr,
             generation: 0,
         }
@@ -412,6 +478,11 @@ impl CurvineFuse {
         };
         let now = Version::of(reader.status());
         let keep = lock(&self.cached).insert(ino, now) == Some(now);
+        if !keep {
+            // Close-to-open: the kernel may hold this file's attributes from before
+            // another client changed it, and would read only up to the length it knows.
+            self.coherence.drop_attrs_now(ino);
+        }
         let fh = self.new_handle(ino, false);
         let h = self.handle(fh)?;
         let bs = reader.status().block_size;
@@ -685,4 +756,10 @@ impl CurvineFuse {
 
 fn attr_kind_is_dir(st: &FileStatus) -> bool {
     st.file_type == curvine_client::FileType::Dir as i32
+}
+
+impl Drop for CurvineFuse {
+    fn drop(&mut self) {
+        self.coherence.stop();
+    }
 }

@@ -123,6 +123,37 @@ impl InodeTable {
         gone
     }
 
+    /// Whether the kernel may hold node `ino` (it was handed out and not forgotten).
+    pub fn knows(&self, ino: u64) -> bool {
+        ino == ROOT_INO || self.lock().by_ino.contains_key(&ino)
+    }
+
+    /// Every node the kernel may hold.
+    pub fn inos(&self) -> Vec<u64> {
+        let m = self.lock();
+        std::iter::once(ROOT_INO)
+            .chain(m.by_ino.keys().copied())
+            .collect()
+    }
+
+    /// Every entry (directory node, name) the kernel may hold.
+    pub fn entries(&self) -> Vec<(u64, String)> {
+        let m = self.lock();
+        m.by_path
+            .keys()
+            .filter_map(|p| {
+                let (dir, name) = p.rsplit_once('/')?;
+                let dir = if dir.is_empty() { "/" } else { dir };
+                let parent = if dir == self.root_path {
+                    ROOT_INO
+                } else {
+                    *m.by_path.get(dir)?
+                };
+                Some((parent, name.to_string()))
+            })
+            .collect()
+    }
+
     /// The inode known at `path`, if any.
     pub fn ino_at(&self, path: &str) -> Option<u64> {
         self.lock().by_path.get(path).copied()
@@ -266,6 +297,20 @@ mod tests {
         assert_eq!(t.path(2).as_deref(), Some("/b"));
         assert_eq!(t.path(3).as_deref(), Some("/b/x"));
         assert_eq!(t.path(4).as_deref(), Some("/a"));
+    }
+
+    #[test]
+    fn known_entries_name_their_directory_node() {
+        let t = InodeTable::new("/sub".into(), 7);
+        t.remember(2, "/sub/d");
+        t.remember(3, "/sub/d/f");
+        let mut e = t.entries();
+        e.sort();
+        assert_eq!(e, vec![(ROOT_INO, "d".to_string()), (2, "f".to_string())]);
+        assert!(t.knows(ROOT_INO) && t.knows(3) && !t.knows(4));
+        let mut inos = t.inos();
+        inos.sort();
+        assert_eq!(inos, vec![ROOT_INO, 2, 3]);
     }
 
     #[test]

@@ -4,11 +4,13 @@
 
 mod attr;
 mod bufpool;
+mod coherence;
 mod dirattrs;
 mod dirty;
 mod file;
 mod fs;
 mod inodes;
+mod listings;
 pub mod mount;
 mod ops;
 

@@ -56,13 +56,24 @@ impl Filesystem for CurvineFuse {
         Ok(reply)
     }
 
+    async fn ready(&self, _notify: fuse3::notify::Notify) {
+        // fuse3's notifier writes under its reply lock: see `coherence` for why not
+        self.follow_changes(crate::mount::fuse_device_fd());
+    }
+
     async fn destroy(&self, _req: Request) {
+        self.coherence.stop();
         self.flush_all().await;
     }
 
     async fn lookup(&self, req: Request, parent: Inode, name: &OsStr) -> Result<ReplyEntry> {
         let path = self.child_of(parent, name)?;
-        match self.lstat_for_reply(&self.caller(&req), None, &path).await {
+        let res = if self.surely_absent(parent, name) {
+            Err(FsError::not_found(&path))
+        } else {
+            self.lstat_for_reply(&self.caller(&req), None, &path).await
+        };
+        match res {
             Ok((_, attr)) => Ok(self.entry_of(attr, &path)),
             Err(FsError::NotFound { .. }) if !self.opts.negative_ttl.is_zero() => Ok(ReplyEntry {
                 ttl: self.opts.negative_ttl,
@@ -90,9 +101,9 @@ impl Filesystem for CurvineFuse {
         _fh: Option<u64>,
         _flags: u32,
     ) -> Result<ReplyAttr> {
-        if let Some(attr) = self.dir_attrs.get(inode) {
+        if let Some(attr) = self.dir_attrs.get(inode, self.attr_ttl()) {
             return Ok(ReplyAttr {
-                ttl: self.opts.attr_ttl,
+                ttl: self.attr_ttl(),
                 attr,
             });
         }
@@ -105,7 +116,7 @@ impl Filesystem for CurvineFuse {
             .map_err(e)?;
         self.dir_attrs.fetched(&attr, started);
         Ok(ReplyAttr {
-            ttl: self.opts.attr_ttl,
+            ttl: self.attr_ttl(),
             attr,
         })
     }
@@ -132,7 +143,7 @@ impl Filesystem for CurvineFuse {
                     .await
                     .map_err(e)?;
                 return Ok(ReplyAttr {
-                    ttl: self.opts.attr_ttl,
+                    ttl: self.attr_ttl(),
                     attr,
                 });
             }
@@ -161,7 +172,7 @@ impl Filesystem for CurvineFuse {
         };
         self.dir_attrs.changed(inode);
         Ok(ReplyAttr {
-            ttl: self.opts.attr_ttl,
+            ttl: self.attr_ttl(),
             attr: self.attr_of(&st).await,
         })
     }
@@ -184,7 +195,9 @@ impl Filesystem for CurvineFuse {
         self.check_writable()?;
         let path = self.child_of(parent, name)?;
         let target = link.to_str().ok_or_else(|| Errno::from(libc::EINVAL))?;
-        let st = self.caller(&req).symlink(target, &path).await.map_err(e)?;
+        let r = self.caller(&req).symlink(target, &path).await;
+        self.note_added(parent, name, &r);
+        let st = r.map_err(e)?;
         self.dir_attrs.stamped(parent, st.ctime_ms);
         Ok(self.entry(&st, &path).await)
     }
@@ -209,10 +222,9 @@ impl Filesystem for CurvineFuse {
             _ => return Err(Errno::from(libc::EINVAL)),
         };
         if let Some(kind) = special {
-            let st = fs
-                .mknod(&path, kind, mode & 0o7777, rdev)
-                .await
-                .map_err(e)?;
+            let r = fs.mknod(&path, kind, mode & 0o7777, rdev).await;
+            self.note_added(parent, name, &r);
+            let st = r.map_err(e)?;
             self.dir_attrs.stamped(parent, st.ctime_ms);
             return Ok(self.entry(&st, &path).await);
         }
@@ -222,7 +234,9 @@ impl Filesystem for CurvineFuse {
             mode: mode & 0o7777,
             ..Default::default()
         };
-        let mut w = fs.create_with(&path, opts).await.map_err(e)?;
+        let r = fs.create_with(&path, opts).await;
+        self.note_added(parent, name, &r);
+        let mut w = r.map_err(e)?;
         self.dir_attrs.stamped(parent, w.status().ctime_ms);
         let mut st = w.close().await.map_err(e)?;
         if mode & 0o7777 == 0 {
@@ -250,11 +264,15 @@ impl Filesystem for CurvineFuse {
     ) -> Result<ReplyEntry> {
         self.check_writable()?;
         let path = self.child_of(parent, name)?;
-        let st = self
+        let mark = self.listings.mark();
+        let r = self
             .caller(&req)
             .mkdir_with_mode(&path, false, mode & 0o7777)
-            .await
-            .map_err(e)?;
+            .await;
+        self.note_added(parent, name, &r);
+        let st = r.map_err(e)?;
+        // a new directory is empty: lookups in it need not ask the master
+        self.listings.made(self.inodes.ino_of(st.id), mark);
         self.dir_attrs.stamped(parent, st.ctime_ms);
         Ok(self.entry(&st, &path).await)
     }
@@ -263,11 +281,19 @@ impl Filesystem for CurvineFuse {
         self.check_writable()?;
         let path = self.child_of(parent, name)?;
         let fs = self.caller(&req);
-        if self.hide_if_open(&fs, &path).await?.is_some() {
+        let hidden = self.hide_if_open(&fs, &path).await;
+        match &hidden {
+            Ok(None) => {} // not open here: removed below
+            Ok(Some(_)) => self.note_removed(parent, name, &Ok::<(), ()>(())),
+            Err(_) => self.listings.forget(parent),
+        }
+        if hidden?.is_some() {
             self.dir_attrs.changed(parent);
             return Ok(());
         }
-        let at = fs.delete_stamped(&path, false).await.map_err(e)?;
+        let r = fs.delete_stamped(&path, false).await;
+        self.note_removed(parent, name, &r);
+        let at = r.map_err(e)?;
         self.dir_stamped(parent, at);
         self.inodes.unlinked(&path);
         Ok(())
@@ -277,11 +303,12 @@ impl Filesystem for CurvineFuse {
         self.check_writable()?;
         let path = self.child_of(parent, name)?;
         // the kernel has already refused rmdir of a non-directory (ENOTDIR)
-        let at = self
-            .caller(&req)
-            .delete_stamped(&path, false)
-            .await
-            .map_err(e)?;
+        let r = self.caller(&req).delete_stamped(&path, false).await;
+        self.note_removed(parent, name, &r);
+        let at = r.map_err(e)?;
+        if let Some(ino) = self.inodes.ino_at(&path) {
+            self.listings.forget(ino);
+        }
         self.dir_stamped(parent, at);
         self.inodes.unlinked(&path);
         Ok(())
@@ -333,9 +360,16 @@ impl Filesystem for CurvineFuse {
                 if let Some((ino, h)) = hidden {
                     self.unhide(&fs, ino, &h, &dst).await;
                 }
+                self.listings.forget(parent);
+                self.listings.forget(new_parent);
                 return Err(e(err));
             }
         };
+        if flags & RENAME_EXCHANGE == 0 {
+            // both names exist after an exchange; otherwise one went to the other
+            self.note_removed(parent, name, &Ok::<(), ()>(()));
+            self.note_added(new_parent, new_name, &Ok::<(), ()>(()));
+        }
         for ino in [parent, new_parent] {
             self.dir_stamped(ino, at);
         }
@@ -359,7 +393,9 @@ impl Filesystem for CurvineFuse {
         let src = self.path_of(inode)?;
         let dst = self.child_of(new_parent, new_name)?;
         let fs = self.caller(&req);
-        let st = fs.link(&src, &dst).await.map_err(e)?;
+        let r = fs.link(&src, &dst).await;
+        self.note_added(new_parent, new_name, &r);
+        let st = r.map_err(e)?;
         // the master gives the new parent the time it gives the inode's ctime
         self.dir_stamped(new_parent, st.ctime_ms);
         // the status of the shared inode, with its new link count
@@ -594,8 +630,8 @@ impl Filesystem for CurvineFuse {
                 name: OsString::from(&st.name),
                 offset: idx + 1,
                 attr,
-                entry_ttl: self.opts.entry_ttl,
-                attr_ttl: self.opts.attr_ttl,
+                entry_ttl: self.entry_ttl(),
+                attr_ttl: self.attr_ttl(),
             }));
         }
         Ok(ReplyDirectoryPlus {
@@ -652,7 +688,9 @@ impl Filesystem for CurvineFuse {
             mode: perm,
             ..Default::default()
         };
-        match fs.create_with(&path, opts).await {
+        let r = fs.create_with(&path, opts).await;
+        self.note_added(parent, name, &r);
+        match r {
             Ok(w) => {
                 let mut st = w.status().clone();
                 self.dir_attrs.stamped(parent, st.ctime_ms);

@@ -56,7 +56,7 @@ impl Env {
             "[master]\nlocal_socket = \"{}\"\n\n\
              [client]\nmaster_addrs = [\"{}\"]\nhostname = \"{}\"\nrpc_timeout = \"10s\"\n\
              connect_timeout = \"2s\"\nshort_circuit = false\nrpc_retries = 30\n\
-             retry_backoff = \"100ms\"\n\n[fuse]\nattr_ttl = \"1s\"\nentry_ttl = \"1s\"\n\n\
+             retry_backoff = \"100ms\"\n\n\
              [log]\nlevel = \"warn\"\n",
             c.master.local_socket.display(),
             c.client.master_addrs[0],

@@ -48,7 +48,7 @@ pub fn write_conf(cluster: &MiniCluster, path: &Path, extra_fuse: &str) {
     let text = format!(
         "[master]\nlocal_socket = \"{}\"\n\n\
          [client]\nmaster_addrs = [{}]\nhostname = \"{}\"\nrpc_timeout = \"10s\"\nconnect_timeout = \"2s\"\n\n\
-         [fuse]\nattr_ttl = \"1s\"\nentry_ttl = \"1s\"\n{extra_fuse}\n\n[log]\nlevel = \"warn\"\n",
+         [fuse]\n{extra_fuse}\n\n[log]\nlevel = \"warn\"\n",
         c.master.local_socket.display(),
         addrs.join(", "),
         c.client.hostname
