@@ -7,9 +7,11 @@
 #   across 100 directories (Curvine vs bindfs).
 #
 # Usage: bench/fuse-bench.sh [--mnt DIR] [--seq-size 1G] [--rand-size 256M] [--runtime 8]
+#                            [--only fio|meta]
 #   --mnt DIR   use an existing Curvine mount (default: start a local cluster with a MEM
 #               tier in /dev/shm and mount it, via bin/local-cluster.sh and
 #               bin/curvine-fuse.sh; everything started is stopped at the end).
+#   --only      run only the fio part or only the metadata part.
 # Needs root (mounts), fio, bindfs and python3. Binaries come from $CURVINE_BIN_DIR
 # (default ${CARGO_TARGET_DIR:-target}/release): build curvine-server, curvine-fuse, cv.
 set -euo pipefail
@@ -19,13 +21,17 @@ MNT=""
 SEQ_SIZE="1G"
 RAND_SIZE="256M"
 RUNTIME=8
+ONLY=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --mnt) MNT="$2"; shift 2 ;;
     --seq-size) SEQ_SIZE="$2"; shift 2 ;;
     --rand-size) RAND_SIZE="$2"; shift 2 ;;
     --runtime) RUNTIME="$2"; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --only)
+      case "$2" in fio|meta) ONLY="$2" ;; *) echo "--only takes fio or meta" >&2; exit 2 ;; esac
+      shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -170,6 +176,7 @@ PY
 
 echo "fuse-bench: seq $SEQ_SIZE, rand $RAND_SIZE for ${RUNTIME}s, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for target in tmpfs bindfs curvine; do
+  [ "$ONLY" != meta ] || break
   case "$target" in
     tmpfs) dir="$RAW" ;;
     bindfs) dir="$BMNT/fio" ;;
@@ -180,6 +187,7 @@ for target in tmpfs bindfs curvine; do
   fio_suite "$target" "$dir"
 done
 for target in bindfs curvine; do
+  [ "$ONLY" != fio ] || break
   case "$target" in
     bindfs) dir="$BMNT" ;;
     curvine) dir="$CVDIR" ;;
