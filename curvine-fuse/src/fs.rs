@@ -465,6 +465,10 @@ impl CurvineFuse {
         };
         let Some(gen) = gen else {
             self.forget_cached(ino);
+            if !self.opts.keep_cache {
+                // close-to-open without a look at the master: the kernel asks it
+                self.coherence.drop_attrs_now(ino);
+            }
             return Ok((self.new_handle(ino, false), 0));
         };
         // Close-to-open: the master's status decides whether the cached pages are
