@@ -480,6 +480,13 @@ impl CurvineFuse {
                 return Err(errno(&err));
             }
         };
+        if self.inodes.ino_of(reader.status().id) != ino {
+            // The name now holds another file (replaced by another client, and the
+            // kernel has not heard yet). ESTALE makes the kernel look the name up
+            // again and retry the open once, which then opens the new file.
+            self.close_state(ino).await;
+            return Err(Errno::from(libc::ESTALE));
+        }
         let now = Version::of(reader.status());
         let keep = lock(&self.cached).insert(ino, now) == Some(now);
         if !keep {
