@@ -231,10 +231,7 @@ impl CurvineFuse {
         name: &OsStr,
         r: &std::result::Result<T, E>,
     ) {
-        match (r, name.to_str()) {
-            (Ok(_), Some(n)) => self.listings.added(parent, n),
-            _ => self.listings.forget(parent),
-        }
+        self.note_name(parent, name, r.is_ok(), Listings::added);
     }
 
     /// As `note_added`, for a call that removes `name` from `parent`.
@@ -244,8 +241,12 @@ impl CurvineFuse {
         name: &OsStr,
         r: &std::result::Result<T, E>,
     ) {
-        match (r, name.to_str()) {
-            (Ok(_), Some(n)) => self.listings.removed(parent, n),
+        self.note_name(parent, name, r.is_ok(), Listings::removed);
+    }
+
+    fn note_name(&self, parent: u64, name: &OsStr, ok: bool, keep: fn(&Listings, u64, &str)) {
+        match (ok, name.to_str()) {
+            (true, Some(n)) => keep(&self.listings, parent, n),
             _ => self.listings.forget(parent),
         }
     }
