@@ -222,26 +222,16 @@ impl CurvineFuse {
                 .is_some_and(|n| self.listings.absent(parent, n))
     }
 
-    /// The outcome of a call that adds `name` to `parent`: kept in the listing, or on
-    /// failure the listing is forgotten (the call found the directory otherwise than the
-    /// mount thought, or failed half way).
-    pub(crate) fn note_added<T, E>(
-        &self,
-        parent: u64,
-        name: &OsStr,
-        r: &std::result::Result<T, E>,
-    ) {
-        self.note_name(parent, name, r.is_ok(), Listings::added);
+    /// A call that adds `name` to `parent` succeeded (`ok`): the listing keeps the
+    /// name. On failure the listing is forgotten: the call found the directory otherwise
+    /// than the mount thought, or failed half way.
+    pub(crate) fn note_added(&self, parent: u64, name: &OsStr, ok: bool) {
+        self.note_name(parent, name, ok, Listings::added);
     }
 
     /// As `note_added`, for a call that removes `name` from `parent`.
-    pub(crate) fn note_removed<T, E>(
-        &self,
-        parent: u64,
-        name: &OsStr,
-        r: &std::result::Result<T, E>,
-    ) {
-        self.note_name(parent, name, r.is_ok(), Listings::removed);
+    pub(crate) fn note_removed(&self, parent: u64, name: &OsStr, ok: bool) {
+        self.note_name(parent, name, ok, Listings::removed);
     }
 
     fn note_name(&self, parent: u64, name: &OsStr, ok: bool, keep: fn(&Listings, u64, &str)) {

@@ -196,7 +196,7 @@ impl Filesystem for CurvineFuse {
         let path = self.child_of(parent, name)?;
         let target = link.to_str().ok_or_else(|| Errno::from(libc::EINVAL))?;
         let r = self.caller(&req).symlink(target, &path).await;
-        self.note_added(parent, name, &r);
+        self.note_added(parent, name, r.is_ok());
         let st = r.map_err(e)?;
         self.dir_attrs.stamped(parent, st.ctime_ms);
         Ok(self.entry(&st, &path).await)
@@ -223,7 +223,7 @@ impl Filesystem for CurvineFuse {
         };
         if let Some(kind) = special {
             let r = fs.mknod(&path, kind, mode & 0o7777, rdev).await;
-            self.note_added(parent, name, &r);
+            self.note_added(parent, name, r.is_ok());
             let st = r.map_err(e)?;
             self.dir_attrs.stamped(parent, st.ctime_ms);
             return Ok(self.entry(&st, &path).await);
@@ -235,7 +235,7 @@ impl Filesystem for CurvineFuse {
             ..Default::default()
         };
         let r = fs.create_with(&path, opts).await;
-        self.note_added(parent, name, &r);
+        self.note_added(parent, name, r.is_ok());
         let mut w = r.map_err(e)?;
         self.dir_attrs.stamped(parent, w.status().ctime_ms);
         let mut st = w.close().await.map_err(e)?;
@@ -269,7 +269,7 @@ impl Filesystem for CurvineFuse {
             .caller(&req)
             .mkdir_with_mode(&path, false, mode & 0o7777)
             .await;
-        self.note_added(parent, name, &r);
+        self.note_added(parent, name, r.is_ok());
         let st = r.map_err(e)?;
         // a new directory is empty: lookups in it need not ask the master
         self.listings.made(self.inodes.ino_of(st.id), mark);
@@ -282,17 +282,16 @@ impl Filesystem for CurvineFuse {
         let path = self.child_of(parent, name)?;
         let fs = self.caller(&req);
         let hidden = self.hide_if_open(&fs, &path).await;
-        match &hidden {
-            Ok(None) => {} // not open here: removed below
-            Ok(Some(_)) => self.note_removed(parent, name, &Ok::<(), ()>(())),
-            Err(_) => self.listings.forget(parent),
+        if !matches!(hidden, Ok(None)) {
+            // hidden (the name is gone), or failed; not open here: removed below
+            self.note_removed(parent, name, hidden.is_ok());
         }
         if hidden?.is_some() {
             self.dir_attrs.changed(parent);
             return Ok(());
         }
         let r = fs.delete_stamped(&path, false).await;
-        self.note_removed(parent, name, &r);
+        self.note_removed(parent, name, r.is_ok());
         let at = r.map_err(e)?;
         self.dir_stamped(parent, at);
         self.inodes.unlinked(&path);
@@ -304,7 +303,7 @@ impl Filesystem for CurvineFuse {
         let path = self.child_of(parent, name)?;
         // the kernel has already refused rmdir of a non-directory (ENOTDIR)
         let r = self.caller(&req).delete_stamped(&path, false).await;
-        self.note_removed(parent, name, &r);
+        self.note_removed(parent, name, r.is_ok());
         let at = r.map_err(e)?;
         if let Some(ino) = self.inodes.ino_at(&path) {
             self.listings.forget(ino);
@@ -367,8 +366,8 @@ impl Filesystem for CurvineFuse {
         };
         if flags & RENAME_EXCHANGE == 0 {
             // both names exist after an exchange; otherwise one went to the other
-            self.note_removed(parent, name, &Ok::<(), ()>(()));
-            self.note_added(new_parent, new_name, &Ok::<(), ()>(()));
+            self.note_removed(parent, name, true);
+            self.note_added(new_parent, new_name, true);
         }
         for ino in [parent, new_parent] {
             self.dir_stamped(ino, at);
@@ -394,7 +393,7 @@ impl Filesystem for CurvineFuse {
         let dst = self.child_of(new_parent, new_name)?;
         let fs = self.caller(&req);
         let r = fs.link(&src, &dst).await;
-        self.note_added(new_parent, new_name, &r);
+        self.note_added(new_parent, new_name, r.is_ok());
         let st = r.map_err(e)?;
         // the master gives the new parent the time it gives the inode's ctime
         self.dir_stamped(new_parent, st.ctime_ms);
@@ -689,7 +688,7 @@ impl Filesystem for CurvineFuse {
             ..Default::default()
         };
         let r = fs.create_with(&path, opts).await;
-        self.note_added(parent, name, &r);
+        self.note_added(parent, name, r.is_ok());
         match r {
             Ok(w) => {
                 let mut st = w.status().clone();
