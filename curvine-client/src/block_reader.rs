@@ -4,8 +4,11 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::ptr::NonNull;
+use std::sync::Arc;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use curvine_common::checksum::{chunk_count, verify_chunks};
 use curvine_common::frame::header;
 use curvine_common::proto::{BlockLocation, DataOp};
@@ -105,6 +108,7 @@ impl BlockSource {
                 crcs: ok.crcs,
                 verify: opts.verify_checksum,
                 cache: None,
+                map: MapState::Unknown,
             }));
         }
         let start = offset / chunk_size as u64 * chunk_size as u64;
@@ -126,6 +130,15 @@ impl BlockSource {
         match self {
             BlockSource::Local(l) => offset < l.block_len,
             BlockSource::Remote(r) => r.covers(offset),
+        }
+    }
+
+    /// Up to `n` bytes at block offset `offset` without a copy (see `LocalBlock::mapped`);
+    /// None for a remote stream or a block file that cannot be mapped.
+    pub(crate) fn mapped(&mut self, offset: u64, n: usize) -> FsResult<Option<Bytes>> {
+        match self {
+            BlockSource::Local(l) => l.mapped(offset, n),
+            BlockSource::Remote(_) => Ok(None),
         }
     }
 
@@ -160,6 +173,105 @@ pub(crate) struct LocalBlock {
     /// reads through FUSE) preads just the bytes asked for instead of loading and
     /// checksumming the whole chunk again. The worker's scrubber covers later decay.
     verified: Vec<u64>,
+    /// The block file mapped into memory, once a caller asked for bytes without a copy.
+    map: MapState,
+}
+
+enum MapState {
+    /// Not tried yet.
+    Unknown,
+    /// Not on tmpfs, or the kernel refused: read with pread.
+    No,
+    Mapped(Arc<BlockMap>),
+}
+
+/// A read-only shared mapping of a whole block file on tmpfs. Slices of it go out as
+/// `Bytes` that keep it mapped, so the FUSE daemon replies straight from the block's
+/// pages instead of copying them into a buffer first.
+///
+/// Touching a mapped page past the file's end kills the process (SIGBUS), so this
+/// relies on committed block files never getting shorter: the worker writes a block in
+/// a staging file and renames it into place, a truncate only shortens the block's
+/// record on the master, and a deletion unlinks the file (its pages live on while
+/// mapped). Only tmpfs files are mapped: their pages are in memory already, where a
+/// disk file's would be read in by page faults.
+struct BlockMap {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is read-only and lives until drop; `&[u8]` views of it are Send
+// and Sync like any shared bytes.
+#[allow(unsafe_code)]
+unsafe impl Send for BlockMap {}
+#[allow(unsafe_code)]
+unsafe impl Sync for BlockMap {}
+
+/// `statfs.f_type` of tmpfs (and of /dev/shm).
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+impl BlockMap {
+    /// Map the first `len` bytes of `file` if it is on tmpfs and has them all.
+    #[allow(unsafe_code)]
+    fn of_tmpfs(file: &File, len: u64) -> Option<BlockMap> {
+        let size = usize::try_from(len).ok().filter(|&n| n > 0)?;
+        // SAFETY: an all-zero statfs is valid, and fstatfs fills it from an open fd.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0
+            || st.f_type as i64 != TMPFS_MAGIC
+        {
+            return None;
+        }
+        if file.metadata().ok()?.len() < len {
+            return None;
+        }
+        // SAFETY: a fresh read-only mapping of an open file; nothing else aliases it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            debug!(error = %std::io::Error::last_os_error(), "cannot map a block file");
+            return None;
+        }
+        Some(BlockMap {
+            ptr: NonNull::new(p.cast())?,
+            len: size,
+        })
+    }
+
+    #[allow(unsafe_code)]
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` maps `len` readable bytes until drop (see the type's docs).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for BlockMap {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the range mmap returned; no view outlives the map.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// `len` bytes at `off` of a mapped block, as the owner of a `Bytes`.
+struct MapSlice {
+    map: Arc<BlockMap>,
+    off: usize,
+    len: usize,
+}
+
+impl AsRef<[u8]> for MapSlice {
+    fn as_ref(&self) -> &[u8] {
+        &self.map.bytes()[self.off..self.off + self.len]
+    }
 }
 
 impl LocalBlock {
@@ -173,6 +285,45 @@ impl LocalBlock {
                 e,
             )
         })
+    }
+
+    /// Up to `n` bytes at `offset` as a slice of the block file's mapping, each chunk
+    /// they touch verified against its CRC on first use. None if the file cannot be
+    /// mapped (the caller reads with `read_at`).
+    fn mapped(&mut self, offset: u64, n: usize) -> FsResult<Option<Bytes>> {
+        if offset >= self.block_len || n == 0 {
+            return Ok(None);
+        }
+        if matches!(self.map, MapState::Unknown) {
+            self.map = match BlockMap::of_tmpfs(&self.file, self.block_len) {
+                Some(m) => MapState::Mapped(Arc::new(m)),
+                None => MapState::No,
+            };
+        }
+        let MapState::Mapped(map) = &self.map else {
+            return Ok(None);
+        };
+        let map = map.clone();
+        let end = (offset + n as u64).min(self.block_len);
+        if self.verify {
+            let cs = self.chunk_size;
+            for ci in offset / cs..end.div_ceil(cs) {
+                if self.is_verified(ci) {
+                    continue;
+                }
+                let (start, stop) = ((ci * cs) as usize, self.chunk_end(ci) as usize);
+                let want = self.crcs.get(ci as usize).copied();
+                if want != Some(crc32c::crc32c(&map.bytes()[start..stop])) {
+                    return Err(mismatch(self.block_id, &self.worker, ci * cs));
+                }
+                self.mark_verified(ci);
+            }
+        }
+        Ok(Some(Bytes::from_owner(MapSlice {
+            map,
+            off: offset as usize,
+            len: (end - offset) as usize,
+        })))
     }
 
     fn chunk_end(&self, index: u64) -> u64 {
@@ -360,7 +511,11 @@ mod local_tests {
     const CS: usize = 1024;
 
     fn local(content: &[u8]) -> (tempfile::NamedTempFile, LocalBlock) {
-        let mut f = tempfile::NamedTempFile::new().unwrap();
+        local_in(&std::env::temp_dir(), content)
+    }
+
+    fn local_in(dir: &std::path::Path, content: &[u8]) -> (tempfile::NamedTempFile, LocalBlock) {
+        let mut f = tempfile::NamedTempFile::new_in(dir).unwrap();
         f.write_all(content).unwrap();
         let len = content.len() as u64;
         let block = LocalBlock {
@@ -373,6 +528,7 @@ mod local_tests {
             verify: true,
             cache: None,
             verified: vec![0; chunk_count(len, CS as u32).div_ceil(64)],
+            map: MapState::Unknown,
         };
         (f, block)
     }
@@ -423,5 +579,79 @@ mod local_tests {
         b.read_at(0, &mut whole).unwrap();
         assert!(b.is_verified(0) && b.is_verified(1));
         assert_eq!(whole, data[..2 * CS]);
+    }
+
+    /// A block file on tmpfs (CI and the MiniCluster keep their MEM tiers there too).
+    fn on_tmpfs(content: &[u8]) -> (tempfile::NamedTempFile, LocalBlock) {
+        local_in(std::path::Path::new("/dev/shm"), content)
+    }
+
+    #[test]
+    fn mapped_reads_return_the_bytes_of_a_tmpfs_block() {
+        let data = content(70 * CS + 100);
+        let (_f, mut b) = on_tmpfs(&data);
+        let mut rng = 99u64;
+        for _ in 0..2000 {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let off = (rng >> 33) as usize % data.len();
+            let len = 1 + (rng >> 13) as usize % (3 * CS);
+            let got = b
+                .mapped(off as u64, len)
+                .unwrap()
+                .expect("a tmpfs file maps");
+            let n = len.min(data.len() - off);
+            assert_eq!(
+                &got[..],
+                &data[off..off + n],
+                "mapped read of {len} at {off}"
+            );
+        }
+        assert!(b.mapped(data.len() as u64, 10).unwrap().is_none());
+        // the bytes keep the mapping alive after the block is gone
+        let tail = b.mapped(70 * CS as u64, 100).unwrap().unwrap();
+        drop(b);
+        assert_eq!(&tail[..], &data[70 * CS..]);
+    }
+
+    #[test]
+    fn a_block_file_on_disk_is_not_mapped() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let data = content(3 * CS);
+        let (_f, mut b) = local_in(dir.path(), &data);
+        assert!(b.mapped(0, CS).unwrap().is_none());
+        let mut out = vec![0u8; CS];
+        assert_eq!(b.read_at(0, &mut out).unwrap(), CS);
+        assert_eq!(out, data[..CS]);
+    }
+
+    #[test]
+    fn a_corrupt_chunk_is_caught_through_the_mapping() {
+        let data = content(8 * CS);
+        let (f, mut b) = on_tmpfs(&data);
+        let first = b.mapped(CS as u64 + 5, 10).unwrap().unwrap();
+        assert_eq!(&first[..], &data[CS + 5..CS + 15]);
+        // flip a byte in place (block files never shrink; a rewrite would truncate)
+        let w = std::fs::OpenOptions::new()
+            .write(true)
+            .open(f.path())
+            .unwrap();
+        w.write_at(&[data[6 * CS + 1] ^ 0xff], 6 * CS as u64 + 1)
+            .unwrap();
+        match b.mapped(5 * CS as u64, 2 * CS) {
+            Err(FsError::ChecksumMismatch {
+                block_id, message, ..
+            }) => {
+                assert_eq!(block_id, 7);
+                assert!(message.contains(&(6 * CS).to_string()), "{message}");
+            }
+            other => panic!("expected a checksum mismatch, got {:?}", other.map(|_| ())),
+        }
+        // chunk 1 was verified before the flip and is still served
+        assert_eq!(
+            &b.mapped(CS as u64, CS).unwrap().unwrap()[..],
+            &data[CS..2 * CS]
+        );
     }
 }

@@ -7,6 +7,7 @@
 
 use std::collections::HashSet;
 
+use bytes::Bytes;
 use curvine_common::proto::{FileStatus, LocatedBlock};
 use curvine_common::{FsError, FsResult};
 use tracing::warn;
@@ -123,6 +124,46 @@ impl FsReader {
             done += n;
         }
         Ok(done)
+    }
+
+    /// The bytes at `offset` without a copy into a buffer: `len` of them, or up to the
+    /// end of the file, as a slice of the open replica's block file when that is on this
+    /// host's tmpfs (see `BlockMap`). None when the replica open for that block is not
+    /// such a file, no replica is open for it yet, or the range leaves the block; the
+    /// caller then reads with `pread`, which opens the replica (so the next call may
+    /// map). A chunk failing its CRC also gives None: `pread` meets the same chunk and
+    /// handles it (the error names block and worker; other replicas are tried).
+    pub fn pread_mapped(&mut self, offset: u64, len: usize) -> Option<Bytes> {
+        if offset >= self.len || len == 0 {
+            return Some(Bytes::new());
+        }
+        let want = (len as u64).min(self.len - offset);
+        let data_len = self.len - self.status.tail_zeros.min(self.len);
+        if offset + want > data_len {
+            return None;
+        }
+        let bi = self.blocks.partition_point(|b| b.offset + b.len <= offset);
+        let block = self.blocks.get(bi)?;
+        let in_off = offset.checked_sub(block.offset)?;
+        if in_off + want > block.len {
+            return None;
+        }
+        let (sbi, _, src) = self.src.as_mut()?;
+        if *sbi != bi {
+            return None;
+        }
+        match src.mapped(in_off, want as usize) {
+            Ok(Some(b)) if b.len() as u64 == want => {
+                self.last_end = offset + want;
+                Some(b)
+            }
+            Ok(_) => None,
+            Err(e) => {
+                warn!(path = %self.status.path, error = %e, "mapped read failed; reading again");
+                self.src = None;
+                None
+            }
+        }
     }
 
     /// Fill all of `buf` from `offset`; the file ending first is an error.

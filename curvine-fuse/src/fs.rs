@@ -570,6 +570,10 @@ impl CurvineFuse {
         let Some(reader) = r.as_mut() else {
             return Err(Errno::from(libc::EIO));
         };
+        // straight from the block's pages when the block file is on this host's tmpfs
+        if let Some(data) = reader.pread_mapped(off, size as usize) {
+            return Ok(data);
+        }
         let mut buf = self.bufs.get(size as usize);
         let n = reader.pread(off, buf.as_mut_slice()).await.map_err(|e| {
             warn!(path = reader.path(), off, error = %e, "read failed");

@@ -12,6 +12,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::mpsc;
@@ -32,6 +33,12 @@ struct Env {
 
 impl Env {
     fn start(tiers: Option<Vec<TierSpec>>) -> Env {
+        Env::start_with(tiers, false)
+    }
+
+    /// `short_circuit`: the daemon reads block files on this host itself (tests of the
+    /// data path); without it reads go through the worker (so stopping it matters).
+    fn start_with(tiers: Option<Vec<TierSpec>>, short_circuit: bool) -> Env {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -50,12 +57,11 @@ impl Env {
         fs::create_dir(&mnt).expect("mkdir mnt");
         let conf = dir.path().join("cluster.toml");
         let c = cluster.client_conf();
-        // no short-circuit: reads go through the worker (so stopping it matters); enough
-        // retries to ride out a master restart
+        // enough retries to ride out a master restart
         let text = format!(
             "[master]\nlocal_socket = \"{}\"\n\n\
              [client]\nmaster_addrs = [\"{}\"]\nhostname = \"{}\"\nrpc_timeout = \"10s\"\n\
-             connect_timeout = \"2s\"\nshort_circuit = false\nrpc_retries = 30\n\
+             connect_timeout = \"2s\"\nshort_circuit = {short_circuit}\nrpc_retries = 30\n\
              retry_backoff = \"100ms\"\n\n\
              [log]\nlevel = \"warn\"\n",
             c.master.local_socket.display(),
@@ -214,6 +220,77 @@ fn worker_stopped_during_read_gives_eio_then_reads_work_again() {
     let p = env.p("f");
     let back = within(Duration::from_secs(60), move || fs::read(p)).unwrap();
     assert!(back == body, "content after the worker came back");
+}
+
+/// The block files of worker 0 (`blocks/SHARD/ID`, not their CRC sidecars).
+fn block_files(env: &Env) -> Vec<PathBuf> {
+    let c = env.cluster.as_ref().expect("cluster");
+    let shards = c
+        .worker_dirs(0)
+        .into_iter()
+        .filter_map(|d| fs::read_dir(d.join("blocks")).ok())
+        .flat_map(|rd| rd.flatten().map(|e| e.path()));
+    shards
+        .filter_map(|s| fs::read_dir(s).ok())
+        .flat_map(|rd| rd.flatten().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_none())
+        .collect()
+}
+
+#[test]
+fn a_corrupt_chunk_read_on_this_host_gives_eio_and_the_rest_still_reads() {
+    // short-circuit: the daemon replies straight from the mapped block file (MEM tier on
+    // tmpfs) once the block is open, so this covers the CRC check of that path
+    let env = Env::start_with(None, true);
+    // three 8 MiB blocks
+    let body = data(24 << 20, 11);
+    fs::write(env.p("f"), &body).unwrap();
+    let mut blocks = block_files(&env);
+    assert_eq!(blocks.len(), 3, "three blocks: {blocks:?}");
+    // the third block: the one whose file holds the body's last byte
+    blocks.retain(|p| {
+        let len = fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        let mut last = [0u8; 1];
+        len == 8 << 20
+            && File::open(p)
+                .and_then(|f| f.read_exact_at(&mut last, len - 1))
+                .is_ok()
+            && last[0] == body[body.len() - 1]
+    });
+    // flip a byte in place, 6 MiB into the third block (the file keeps its length)
+    let at = (22 << 20) + 77;
+    let w = OpenOptions::new().write(true).open(&blocks[0]).unwrap();
+    w.write_all_at(&[body[at] ^ 0x5a], 6 << 20 | 77).unwrap();
+    drop(w);
+
+    let f = File::open(env.p("f")).unwrap();
+    // no kernel read-ahead: each read below asks the daemon for just its own range
+    assert_eq!(
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) },
+        0
+    );
+    let res = within(Duration::from_secs(60), move || {
+        let mut buf = vec![0u8; 64 << 10];
+        // opens the third block (a copy into a buffer) ...
+        f.read_exact_at(&mut buf, 16 << 20)?;
+        assert!(buf == body[16 << 20..(16 << 20) + (64 << 10)], "at 16 MiB");
+        // ... so this one is served from its mapping, and meets the bad chunk
+        let bad = f.read_exact_at(&mut buf, 22 << 20);
+        // the block's good chunks still read, on the same handle
+        f.read_exact_at(&mut buf, 17 << 20)?;
+        assert!(buf == body[17 << 20..(17 << 20) + (64 << 10)], "at 17 MiB");
+        Ok::<_, std::io::Error>((bad, body))
+    });
+    let (bad, body) = res.unwrap();
+    let err = bad.expect_err("the only replica is corrupt");
+    assert_eq!(errno_of(&err), libc::EIO, "{err}");
+    let p = env.p("f");
+    let head = within(Duration::from_secs(60), move || {
+        let mut head = vec![0u8; 8 << 20];
+        File::open(p)?.read_exact_at(&mut head, 0).map(|_| head)
+    })
+    .unwrap();
+    assert!(head == body[..8 << 20], "first block");
 }
 
 #[test]
