@@ -7,11 +7,13 @@
 #   across 100 directories (Curvine vs bindfs).
 #
 # Usage: bench/fuse-bench.sh [--mnt DIR] [--seq-size 1G] [--rand-size 256M] [--runtime 8]
-#                            [--only fio|meta]
+#                            [--only fio|meta] [--fuse-conf 'KEY = VALUE']
 #   --mnt DIR   use an existing Curvine mount (default: start a local cluster with a MEM
 #               tier in /dev/shm and mount it, via bin/local-cluster.sh and
 #               bin/curvine-fuse.sh; everything started is stopped at the end).
 #   --only      run only the fio part or only the metadata part.
+#   --fuse-conf extra lines for the [fuse] section of the private cluster's conf, e.g.
+#               'direct_io = true' (not with --mnt: that mount has its own conf).
 # Needs root (mounts), fio, bindfs and python3. Binaries come from $CURVINE_BIN_DIR
 # (default ${CARGO_TARGET_DIR:-target}/release): build curvine-server, curvine-fuse, cv.
 set -euo pipefail
@@ -22,6 +24,7 @@ SEQ_SIZE="1G"
 RAND_SIZE="256M"
 RUNTIME=8
 ONLY=""
+FUSE_CONF=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --mnt) MNT="$2"; shift 2 ;;
@@ -31,7 +34,8 @@ while [ $# -gt 0 ]; do
     --only)
       case "$2" in fio|meta) ONLY="$2" ;; *) echo "--only takes fio or meta" >&2; exit 2 ;; esac
       shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --fuse-conf) FUSE_CONF="$2"; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -89,12 +93,16 @@ master_addrs = ["127.0.0.1:$MPORT"]
 mnt_path = "$MNT"
 # files modified in place spill to tmpfs, next to the MEM tier (not to a disk /tmp)
 spill_dir = "$WORK/spill"
+$FUSE_CONF
 [log]
 level = "warn"
 EOF
   STARTED_CLUSTER=1
   "$HERE/bin/local-cluster.sh" start >/dev/null
   "$HERE/bin/curvine-fuse.sh" start --mnt-path "$MNT" >/dev/null
+fi
+if [ -n "$FUSE_CONF" ] && [ "$STARTED_CLUSTER" = 0 ]; then
+  echo "fuse-bench: --fuse-conf applies to the private cluster, not to --mnt" >&2; exit 2
 fi
 mountpoint -q "$MNT" || { echo "fuse-bench: nothing mounted at $MNT" >&2; exit 1; }
 CVDIR="$MNT/fuse-bench.$$"

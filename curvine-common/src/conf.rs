@@ -331,6 +331,10 @@ pub struct FuseConf {
     /// Keep the kernel's page cache of a file across opens while the master reports
     /// the file unchanged (length, mtime, ctime) when it is opened for reading.
     pub keep_cache: bool,
+    /// Handles opened read-only skip the kernel's page cache: every read is served by
+    /// the daemon (from the block's pages on this host's tmpfs, one copy into the
+    /// caller's buffer). A shared mapping of such a handle fails (ENODEV).
+    pub direct_io: bool,
     pub read_only: bool,
     /// Where the mount keeps the content of files being modified in place once it
     /// outgrows memory (unlinked temp files); empty = the system temp dir. A tmpfs
@@ -357,6 +361,7 @@ impl Default for FuseConf {
             max_write: ByteSize(1 << 20),
             writeback_cache: false,
             keep_cache: true,
+            direct_io: false,
             read_only: false,
             spill_dir: PathBuf::new(),
             dirty_mem: ByteSize(1 << 30),

@@ -39,6 +39,8 @@ pub struct MountOptions {
     pub writeback_cache: bool,
     /// Keep the page cache across opens of an unchanged file (`fuse.keep_cache`).
     pub keep_cache: bool,
+    /// Read-only handles skip the kernel's page cache (`fuse.direct_io`).
+    pub direct_io: bool,
     /// Where dirty files spill (unlinked temp files) once they hold `dirty_mem` bytes
     /// of memory together.
     pub spill_dir: PathBuf,
@@ -460,7 +462,7 @@ impl CurvineFuse {
                 // close-to-open without a look at the master: the kernel asks it
                 self.coherence.drop_attrs_now(ino);
             }
-            return Ok((self.new_handle(ino, false), 0));
+            return Ok((self.new_handle(ino, false), self.read_open_flags(false)));
         };
         // Close-to-open: the master's status decides whether the cached pages are
         // still this file's. The reader is the one the first read would open anyway.
@@ -490,7 +492,19 @@ impl CurvineFuse {
         let bs = reader.status().block_size;
         h.block_size.store(bs, Ordering::Relaxed);
         *h.lane(0, gen).reader.lock().await = Some(reader);
-        Ok((fh, if keep { FOPEN_KEEP_CACHE } else { 0 }))
+        Ok((fh, self.read_open_flags(keep)))
+    }
+
+    /// Reply flags for a handle opened read-only; `keep`: the kernel's pages of the
+    /// file are still its content.
+    fn read_open_flags(&self, keep: bool) -> u32 {
+        if self.opts.direct_io {
+            FOPEN_DIRECT_IO
+        } else if keep {
+            FOPEN_KEEP_CACHE
+        } else {
+            0
+        }
     }
 
     /// Reply flags for a handle opened for writing. Without the writeback cache, the

@@ -32,6 +32,7 @@ impl MountOptions {
             max_write: c.max_write.0.clamp(4096, 1 << 20) as u32,
             writeback_cache: c.writeback_cache,
             keep_cache: c.keep_cache,
+            direct_io: c.direct_io,
             spill_dir,
             dirty_mem: c.dirty_mem.0,
         }

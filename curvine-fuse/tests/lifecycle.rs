@@ -176,3 +176,88 @@ fn writeback_mount_keeps_written_pages_for_the_first_read() {
         .unwrap();
     assert!(cv == body, "the cluster holds what was written");
 }
+
+#[test]
+fn direct_io_mount_reads_through_the_daemon() {
+    use std::io::{Seek, SeekFrom, Write};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+
+    let (t, mnt) = fresh_mount_point("dio");
+    let conf = t.path().join("dio.toml");
+    write_conf(&shared().cluster, &conf, "direct_io = true");
+    let _d = Daemon::start_with(&conf, &mnt, &[]);
+    fs::create_dir_all(mnt.join("dio")).unwrap();
+    let p = mnt.join("dio/f");
+    // more than one 8 MiB block, an odd tail
+    let mut body = data((9 << 20) + 4321, 23);
+    fs::write(&p, &body).unwrap();
+    assert!(fs::read(&p).unwrap() == body, "whole file");
+    let f = fs::File::open(&p).unwrap();
+    let mut rng = 7u64;
+    for _ in 0..200 {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let off = (rng >> 33) as usize % body.len();
+        let len = 1 + (rng >> 11) as usize % (3 << 20);
+        let mut buf = vec![0u8; len];
+        let n = f.read_at(&mut buf, off as u64).unwrap();
+        // a direct read returns what the daemon sent: all of it, short only at the end
+        assert_eq!(n, len.min(body.len() - off), "read of {len} at {off}");
+        assert!(buf[..n] == body[off..off + n], "read of {len} at {off}");
+    }
+
+    // a read-only handle sees what another handle of this mount wrote before close
+    let mut w = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    w.seek(SeekFrom::Start(5 << 20)).unwrap();
+    w.write_all(b"written in place").unwrap();
+    body[5 << 20..(5 << 20) + 16].copy_from_slice(b"written in place");
+    let mut buf = vec![0u8; 64];
+    f.read_exact_at(&mut buf, (5 << 20) - 24).unwrap();
+    assert!(
+        buf[..] == body[(5 << 20) - 24..(5 << 20) + 40],
+        "unflushed write"
+    );
+    drop(w);
+
+    // the documented cost: no shared mapping of a read-only handle; a private one works
+    let len = body.len();
+    // SAFETY: mappings of a file we hold open, each unmapped before the next step.
+    unsafe {
+        let shared_map = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_eq!(
+            shared_map,
+            libc::MAP_FAILED,
+            "MAP_SHARED of a direct-I/O handle"
+        );
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::ENODEV)
+        );
+        let private = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(private, libc::MAP_FAILED, "MAP_PRIVATE");
+        let view = std::slice::from_raw_parts(private as *const u8, len);
+        let same = view == &body[..];
+        libc::munmap(private, len);
+        assert!(same, "the private mapping holds the file");
+    }
+}
