@@ -479,6 +479,14 @@ impl ClusterConf {
         if self.client.frame_size.0 == 0 {
             return Err(FsError::config("client.frame_size must be positive"));
         }
+        if self.fuse.direct_io && self.fuse.writeback_cache {
+            // a direct read does not wait for pages the kernel holds dirty, so a reader
+            // could miss an earlier write of this mount
+            return Err(FsError::config(
+                "fuse.direct_io and fuse.writeback_cache cannot both be on: reads that skip \
+                 the page cache would not see writes the kernel still holds there",
+            ));
+        }
         for (key, d) in [
             ("master.busy_poll", self.master.busy_poll),
             ("worker.busy_poll", self.worker.busy_poll),
@@ -736,6 +744,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("fuse.busy_poll") && e.contains("10ms"), "{e}");
+    }
+
+    #[test]
+    fn fuse_direct_io_refuses_the_writeback_cache() {
+        let conf = ClusterConf::parse("[fuse]\ndirect_io = true\n").unwrap();
+        assert!(conf.fuse.direct_io);
+        let e = ClusterConf::parse("[fuse]\ndirect_io = true\nwriteback_cache = true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("fuse.direct_io") && e.contains("fuse.writeback_cache"),
+            "{e}"
+        );
     }
 
     #[test]
