@@ -537,17 +537,25 @@ mod local_tests {
         (0..n).map(|i| (i * 31 % 251) as u8).collect()
     }
 
+    /// 2,000 (offset, length) pairs inside `len` bytes, lengths up to three chunks.
+    fn ranges(seed: u64, len: usize) -> Vec<(usize, usize)> {
+        let mut rng = seed;
+        (0..2000)
+            .map(|_| {
+                rng = rng
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let off = (rng >> 33) as usize % len;
+                (off, 1 + (rng >> 13) as usize % (3 * CS))
+            })
+            .collect()
+    }
+
     #[test]
     fn partial_reads_return_the_bytes_on_every_path() {
         let data = content(70 * CS + 100);
         let (_f, mut b) = local(&data);
-        let mut rng = 12345u64;
-        for _ in 0..2000 {
-            rng = rng
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let off = (rng >> 33) as usize % data.len();
-            let len = 1 + (rng >> 13) as usize % (3 * CS);
+        for (off, len) in ranges(12345, data.len()) {
             let mut out = vec![0u8; len];
             let n = b.read_at(off as u64, &mut out).unwrap();
             assert_eq!(n, len.min(data.len() - off));
@@ -590,13 +598,7 @@ mod local_tests {
     fn mapped_reads_return_the_bytes_of_a_tmpfs_block() {
         let data = content(70 * CS + 100);
         let (_f, mut b) = on_tmpfs(&data);
-        let mut rng = 99u64;
-        for _ in 0..2000 {
-            rng = rng
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let off = (rng >> 33) as usize % data.len();
-            let len = 1 + (rng >> 13) as usize % (3 * CS);
+        for (off, len) in ranges(99, data.len()) {
             let got = b
                 .mapped(off as u64, len)
                 .unwrap()
