@@ -207,9 +207,6 @@ unsafe impl Send for BlockMap {}
 #[allow(unsafe_code)]
 unsafe impl Sync for BlockMap {}
 
-/// `statfs.f_type` of tmpfs (and of /dev/shm).
-const TMPFS_MAGIC: i64 = 0x0102_1994;
-
 impl BlockMap {
     /// Map the first `len` bytes of `file` if it is on tmpfs and has them all.
     #[allow(unsafe_code)]
@@ -218,7 +215,7 @@ impl BlockMap {
         // SAFETY: an all-zero statfs is valid, and fstatfs fills it from an open fd.
         let mut st: libc::statfs = unsafe { std::mem::zeroed() };
         if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0
-            || st.f_type as i64 != TMPFS_MAGIC
+            || st.f_type != libc::TMPFS_MAGIC
         {
             return None;
         }
@@ -312,11 +309,7 @@ impl LocalBlock {
                     continue;
                 }
                 let (start, stop) = ((ci * cs) as usize, self.chunk_end(ci) as usize);
-                let want = self.crcs.get(ci as usize).copied();
-                if want != Some(crc32c::crc32c(&map.bytes()[start..stop])) {
-                    return Err(mismatch(self.block_id, &self.worker, ci * cs));
-                }
-                self.mark_verified(ci);
+                self.verify_chunk(ci, &map.bytes()[start..stop])?;
             }
         }
         Ok(Some(Bytes::from_owner(MapSlice {
@@ -390,6 +383,19 @@ impl LocalBlock {
         }
     }
 
+    /// Check chunk `index` (all of its bytes) against its CRC and mark it verified.
+    fn verify_chunk(&mut self, index: u64, data: &[u8]) -> FsResult<()> {
+        if self.crcs.get(index as usize).copied() != Some(crc32c::crc32c(data)) {
+            return Err(mismatch(
+                self.block_id,
+                &self.worker,
+                index * self.chunk_size,
+            ));
+        }
+        self.mark_verified(index);
+        Ok(())
+    }
+
     fn load_chunk(&mut self, index: u64) -> FsResult<&[u8]> {
         let hit = matches!(&self.cache, Some((i, _)) if *i == index);
         if !hit {
@@ -401,11 +407,7 @@ impl LocalBlock {
             };
             buf.resize(len, 0);
             self.pread(&mut buf, start)?;
-            let want = self.crcs.get(index as usize).copied();
-            if want != Some(crc32c::crc32c(&buf)) {
-                return Err(mismatch(self.block_id, &self.worker, start));
-            }
-            self.mark_verified(index);
+            self.verify_chunk(index, &buf)?;
             self.cache = Some((index, buf));
         }
         Ok(self

@@ -138,11 +138,10 @@ impl FsReader {
             return Some(Bytes::new());
         }
         let want = (len as u64).min(self.len - offset);
-        let data_len = self.len - self.status.tail_zeros.min(self.len);
-        if offset + want > data_len {
+        if offset + want > self.data_len() {
             return None;
         }
-        let bi = self.blocks.partition_point(|b| b.offset + b.len <= offset);
+        let bi = self.block_index(offset);
         let block = self.blocks.get(bi)?;
         let in_off = offset.checked_sub(block.offset)?;
         if in_off + want > block.len {
@@ -227,17 +226,27 @@ impl FsReader {
         }
     }
 
+    /// Where the blocks end: past it, up to `len`, is the hole a truncate or fallocate
+    /// left (reads as zeros).
+    fn data_len(&self) -> u64 {
+        self.len - self.status.tail_zeros.min(self.len)
+    }
+
+    /// Index of the block holding `offset` (`blocks.len()` past the last one).
+    fn block_index(&self, offset: u64) -> usize {
+        self.blocks.partition_point(|b| b.offset + b.len <= offset)
+    }
+
     /// Read from the block holding `offset`, at most to that block's end.
     async fn read_some(&mut self, offset: u64, dst: &mut [u8]) -> FsResult<usize> {
         // the hole past the data (the file was extended without writing) reads as zeros
-        let data_len = self.len - self.status.tail_zeros.min(self.len);
-        if offset >= data_len && offset < self.len {
+        if offset >= self.data_len() && offset < self.len {
             let n = (dst.len() as u64).min(self.len - offset) as usize;
             dst[..n].fill(0);
             self.last_end = offset + n as u64;
             return Ok(n);
         }
-        let bi = self.blocks.partition_point(|b| b.offset + b.len <= offset);
+        let bi = self.block_index(offset);
         let Some(block) = self.blocks.get(bi) else {
             return Err(FsError::protocol(format!(
                 "{}: no block covers offset {offset} of {}",

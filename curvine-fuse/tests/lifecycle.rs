@@ -123,26 +123,35 @@ fn read_only_mount_refuses_writes() {
     assert_eq!(errno_of(&err), libc::EROFS);
 }
 
+/// A read-only mapping (`flags`: MAP_SHARED or MAP_PRIVATE) of the first `len` bytes of
+/// `f`; MAP_FAILED when the kernel refuses. The caller unmaps it.
+fn map_file(f: &fs::File, len: usize, flags: i32) -> *mut libc::c_void {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a new mapping of an open file; nothing aliases it until the caller uses it.
+    unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            flags,
+            f.as_raw_fd(),
+            0,
+        )
+    }
+}
+
 /// Pages of `path` in the kernel's page cache, and the file's pages in all.
 fn resident_pages(path: &Path) -> (usize, usize) {
-    use std::os::fd::AsRawFd;
     let f = fs::File::open(path).unwrap();
     let len = f.metadata().unwrap().len() as usize;
     let page = 4096;
     let pages = len.div_ceil(page);
     let mut vec = vec![0u8; pages];
-    // SAFETY: a read-only shared mapping of a file we hold open, unmapped before return;
+    let p = map_file(&f, len, libc::MAP_SHARED);
+    assert_ne!(p, libc::MAP_FAILED, "mmap {}", path.display());
+    // SAFETY: `p` maps `len` bytes of a file we hold open and is unmapped before return;
     // mincore writes one byte per page into `vec`, which has one per page.
     unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED, "mmap {}", path.display());
         let rc = libc::mincore(p, len, vec.as_mut_ptr());
         libc::munmap(p, len);
         assert_eq!(rc, 0, "mincore");
@@ -180,7 +189,6 @@ fn writeback_mount_keeps_written_pages_for_the_first_read() {
 #[test]
 fn direct_io_mount_reads_through_the_daemon() {
     use std::io::{Seek, SeekFrom, Write};
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileExt;
 
     let (t, mnt) = fresh_mount_point("dio");
@@ -227,34 +235,20 @@ fn direct_io_mount_reads_through_the_daemon() {
 
     // the documented cost: no shared mapping of a read-only handle; a private one works
     let len = body.len();
-    // SAFETY: mappings of a file we hold open, each unmapped before the next step.
+    let shared_map = map_file(&f, len, libc::MAP_SHARED);
+    assert_eq!(
+        shared_map,
+        libc::MAP_FAILED,
+        "MAP_SHARED of a direct-I/O handle"
+    );
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::ENODEV)
+    );
+    let private = map_file(&f, len, libc::MAP_PRIVATE);
+    assert_ne!(private, libc::MAP_FAILED, "MAP_PRIVATE");
+    // SAFETY: `private` maps `len` readable bytes until the munmap below.
     unsafe {
-        let shared_map = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_eq!(
-            shared_map,
-            libc::MAP_FAILED,
-            "MAP_SHARED of a direct-I/O handle"
-        );
-        assert_eq!(
-            std::io::Error::last_os_error().raw_os_error(),
-            Some(libc::ENODEV)
-        );
-        let private = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(private, libc::MAP_FAILED, "MAP_PRIVATE");
         let view = std::slice::from_raw_parts(private as *const u8, len);
         let same = view == &body[..];
         libc::munmap(private, len);
