@@ -123,6 +123,16 @@ fn read_only_mount_refuses_writes() {
     assert_eq!(errno_of(&err), libc::EROFS);
 }
 
+/// A mount of the shared cluster at a fresh mount point `name`, with `fuse_lines` in its
+/// conf's `[fuse]` section; the temp dir holds the mount point and the conf.
+fn mount_with(name: &str, fuse_lines: &str) -> (tempfile::TempDir, PathBuf, Daemon) {
+    let (t, mnt) = fresh_mount_point(name);
+    let conf = t.path().join(format!("{name}.toml"));
+    write_conf(&shared().cluster, &conf, fuse_lines);
+    let d = Daemon::start_with(&conf, &mnt, &[]);
+    (t, mnt, d)
+}
+
 /// A read-only mapping (`flags`: MAP_SHARED or MAP_PRIVATE) of the first `len` bytes of
 /// `f`; MAP_FAILED when the kernel refuses. The caller unmaps it.
 fn map_file(f: &fs::File, len: usize, flags: i32) -> *mut libc::c_void {
@@ -161,10 +171,7 @@ fn resident_pages(path: &Path) -> (usize, usize) {
 
 #[test]
 fn writeback_mount_keeps_written_pages_for_the_first_read() {
-    let (t, mnt) = fresh_mount_point("wb");
-    let conf = t.path().join("wb.toml");
-    write_conf(&shared().cluster, &conf, "writeback_cache = true");
-    let _d = Daemon::start_with(&conf, &mnt, &[]);
+    let (_t, mnt, _d) = mount_with("wb", "writeback_cache = true");
     fs::create_dir_all(mnt.join("wb")).unwrap();
     let p = mnt.join("wb/f");
     let body = data(4 << 20, 17);
@@ -191,10 +198,7 @@ fn direct_io_mount_reads_through_the_daemon() {
     use std::io::{Seek, SeekFrom, Write};
     use std::os::unix::fs::FileExt;
 
-    let (t, mnt) = fresh_mount_point("dio");
-    let conf = t.path().join("dio.toml");
-    write_conf(&shared().cluster, &conf, "direct_io = true");
-    let _d = Daemon::start_with(&conf, &mnt, &[]);
+    let (_t, mnt, _d) = mount_with("dio", "direct_io = true");
     fs::create_dir_all(mnt.join("dio")).unwrap();
     let p = mnt.join("dio/f");
     // more than one 8 MiB block, an odd tail
