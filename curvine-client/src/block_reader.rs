@@ -45,6 +45,11 @@ pub(crate) enum BlockSource {
 }
 
 impl BlockSource {
+    /// Whether this reads a block file on this host (short-circuit).
+    pub(crate) fn is_local(&self) -> bool {
+        matches!(self, BlockSource::Local(_))
+    }
+
     /// Open block `block_id` on `loc` to read from `offset`, asking a remote worker to
     /// stream `len` bytes (0 = to the block's end). `need_len` is the length the master
     /// recorded; a replica shorter than that is refused.

@@ -37,7 +37,14 @@ pub struct FsReader {
     failed: HashSet<(usize, usize)>,
     /// End of the last read, to tell sequential reads (read-ahead) from random ones.
     last_end: u64,
+    /// Bytes read from local block files since this reader last yielded its runtime
+    /// thread (those reads never wait, see `read_some`).
+    unyielded: usize,
 }
+
+/// A reader served from local block files yields its runtime thread after this many
+/// bytes.
+const YIELD_EVERY: usize = 1 << 20;
 
 impl FsReader {
     /// A reader over `blocks` (as `open` returns them). Public so tests and tools can read
@@ -53,6 +60,7 @@ impl FsReader {
             src: None,
             failed: HashSet::new(),
             last_end: 0,
+            unyielded: 0,
         }
     }
 
@@ -274,6 +282,16 @@ impl FsReader {
                         Ok(0) => self.src = None,
                         Ok(k) => {
                             self.last_end = offset + k as u64;
+                            if src.is_local() {
+                                // a pread from a local file never waits; without a
+                                // yield now and then, tasks woken meanwhile on this
+                                // thread wait until the whole file is read
+                                self.unyielded += k;
+                                if self.unyielded >= YIELD_EVERY {
+                                    self.unyielded = 0;
+                                    tokio::task::yield_now().await;
+                                }
+                            }
                             return Ok(k);
                         }
                         Err(e) => {

@@ -316,3 +316,79 @@ fn grown_files_hold_a_hole_of_zeros() {
         fs.delete(path, false).await.unwrap();
     });
 }
+
+/// Distinct values of `progress` seen by a task that runs whenever the runtime lets it,
+/// while `work` runs beside it on the same (single) thread.
+async fn progress_seen_while<F: std::future::Future<Output = ()>>(
+    progress: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    work: F,
+) -> usize {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = tokio::spawn({
+        let (progress, done) = (progress.clone(), done.clone());
+        async move {
+            let mut seen = std::collections::BTreeSet::new();
+            while !done.load(Ordering::Relaxed) {
+                seen.insert(progress.load(Ordering::Relaxed));
+                tokio::task::yield_now().await;
+            }
+            seen.len()
+        }
+    });
+    work.await;
+    done.store(true, Ordering::Relaxed);
+    watcher.await.unwrap()
+}
+
+/// Short-circuit reads and writes are plain preads and pwrites that never wait; they
+/// must still give the runtime thread back now and then, or every task woken meanwhile
+/// (another writer's master reply) waits until a whole file is done.
+#[test]
+fn local_reads_and_writes_let_other_tasks_run() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let s = common::shared(2);
+    let mut conf = s.cluster.client_conf();
+    conf.client.short_circuit = true;
+    conf.client.frame_size = curvine_common::conf::ByteSize(256 << 10);
+    // one thread: the watcher runs only when the reader or writer yields
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let fs = CurvineFs::connect(conf).await.unwrap();
+        let body = data(3 * BLOCK, 41);
+        let path = "/data-yield/f";
+        let piece = 128 << 10;
+        let progress = Arc::new(AtomicUsize::new(0));
+        let seen = progress_seen_while(&progress, async {
+            let mut w = fs.create(path, true).await.unwrap();
+            for c in body.chunks(piece) {
+                w.write(c).await.unwrap();
+                progress.fetch_add(c.len(), Ordering::Relaxed);
+            }
+            w.close().await.unwrap();
+        })
+        .await;
+        // 96 frames of 256 KiB; without yields only the master and worker calls around
+        // each of the three blocks let the watcher in
+        assert!(seen >= 48, "the writer let other tasks run {seen} times");
+
+        progress.store(0, Ordering::Relaxed);
+        let mut back = vec![0u8; body.len()];
+        let seen = progress_seen_while(&progress, async {
+            let mut r = fs.open(path).await.unwrap();
+            for c in back.chunks_mut(piece) {
+                r.read_full(c).await.unwrap();
+                progress.fetch_add(c.len(), Ordering::Relaxed);
+            }
+        })
+        .await;
+        assert!(back == body, "{path}: content differs");
+        // one yield per MiB read: 24
+        assert!(seen >= 16, "the reader let other tasks run {seen} times");
+    });
+}
