@@ -471,7 +471,8 @@ impl FsWriter {
         // Short-circuit-only blocks are read back from the local file if a rewrite is
         // needed; only data sent over the network is kept in memory (and, once a
         // rewrite filled the copy, everything after it, so the copy stays whole).
-        if !self.block_data.is_empty() || self.block.as_ref().is_some_and(|b| b.has_remote()) {
+        let remote = self.block.as_ref().is_some_and(|b| b.has_remote());
+        if !self.block_data.is_empty() || remote {
             self.block_data.extend_from_slice(data);
         }
         let res = match self.block.as_mut() {
@@ -482,8 +483,11 @@ impl FsWriter {
             Ok(()) => {
                 // A short-circuit frame is a plain pwrite that never waits, so a writer
                 // would otherwise keep its runtime thread for a whole file; tasks woken
-                // meanwhile (another writer's master reply) waited 45-50 ms for it.
-                tokio::task::yield_now().await;
+                // meanwhile (another writer's master reply) waited 45-50 ms for it. A
+                // frame that also went over a socket counted against tokio's budget.
+                if !remote {
+                    tokio::task::yield_now().await;
+                }
                 Ok(())
             }
             Err((e, bad)) => {
