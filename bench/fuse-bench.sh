@@ -183,6 +183,7 @@ PY
 }
 
 echo "fuse-bench: seq $SEQ_SIZE, rand $RAND_SIZE for ${RUNTIME}s, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "fuse-bench: $("$HERE/bench/page-reporting.sh")" >&2
 for target in tmpfs bindfs curvine; do
   [ "$ONLY" != meta ] || break
   case "$target" in

@@ -32,6 +32,7 @@ run_fio() { # name dir rw direct bs [fallocate]
 mkdir -p "$TMPFS_DIR" "$DISK_DIR"
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, kernel $(uname -r)"
 echo "total $TOTAL in $JOBS jobs, bs $BS"
+"$(dirname "$0")/page-reporting.sh"
 # fio preallocates a file before it times the writes, so its tmpfs write overwrites pages
 # that already exist; a block file is new, and its writes allocate the pages (as dd to a
 # new file does). Both are printed.
