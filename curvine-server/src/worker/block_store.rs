@@ -10,6 +10,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -128,14 +129,11 @@ impl BlockStore {
         let mut inner = Inner::default();
         for td in dirs {
             prepare_dir(td)?;
-            inner.tiers.push(Tier {
-                tier: td.tier,
-                dir: td.path.clone(),
-                capacity: td.capacity.unwrap_or(0),
-                committed: 0,
-                reserved: 0,
-                blocks: 0,
-            });
+            inner.tiers.push(Tier::new(
+                td.tier,
+                td.path.clone(),
+                td.capacity.unwrap_or(0),
+            ));
         }
         for idx in 0..dirs.len() {
             scan_tier(&mut inner, idx);
@@ -254,19 +252,45 @@ impl BlockStore {
             reserved: reserve,
             staging,
             file: None,
+            recycled: false,
             done: false,
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&handle.staging)
-            .map_err(|e| FsError::io_ctx(handle.staging.display(), e))?;
-        handle.file = Some(file);
+        let spare = self.lock().tiers[tier].take_spare();
+        if let Some(spare) = spare {
+            // written over from the start; commit cuts what is left past the block's end
+            let reused = fs::rename(&spare, &handle.staging).and_then(|()| {
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&handle.staging)
+            });
+            match reused {
+                Ok(f) => {
+                    handle.file = Some(f);
+                    handle.recycled = true;
+                }
+                Err(e) => {
+                    warn!(path = %spare.display(), error = %e, "cannot reuse a spare block file");
+                    for p in [&spare, &handle.staging] {
+                        let _ = remove_quiet(p);
+                    }
+                }
+            }
+        }
+        if handle.file.is_none() {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&handle.staging)
+                .map_err(|e| FsError::io_ctx(handle.staging.display(), e))?;
+            handle.file = Some(file);
+        }
         debug!(
             block = id,
             tier = handle.tier_name(),
             reserve,
+            recycled = handle.recycled,
             "write opened"
         );
         Ok(handle)
@@ -378,7 +402,7 @@ impl BlockStore {
 
     /// Delete a committed block (master request). Returns whether it existed.
     pub fn delete(&self, id: u64) -> bool {
-        let path = {
+        let (path, tier, len) = {
             let mut g = self.lock();
             let Some(m) = g.blocks.remove(&id) else {
                 return false;
@@ -388,9 +412,13 @@ impl BlockStore {
             t.blocks = t.blocks.saturating_sub(1);
             let p = block_file(&t.dir, id);
             g.note_removed(id);
-            p
+            (p, m.tier, m.len)
         };
-        for p in [path.clone(), sidecar_of(&path)] {
+        let mut doomed = vec![sidecar_of(&path)];
+        if !self.keep_spare(tier, &path, len) {
+            doomed.push(path);
+        }
+        for p in doomed {
             if let Err(e) = remove_quiet(&p) {
                 warn!(block = id, error = %e, path = %p.display(), "delete block file failed");
             }
@@ -398,6 +426,61 @@ impl BlockStore {
         debug!(block = id, "block deleted");
         true
     }
+
+    /// Keep the file of a deleted block, `len` bytes at `path`, as a spare of `tier` if
+    /// there is room and nothing else has it open or mapped. False: the caller removes it.
+    ///
+    /// A reader that opened or mapped the block before its deletion keeps reading the
+    /// old bytes, so such a file must never be written over. The file is first moved
+    /// out of `blocks/` (no one can open it by its block path after that), then the
+    /// kernel is asked for a write lease, which it grants only while no other open file
+    /// refers to the file, a mapping's included.
+    fn keep_spare(&self, tier: usize, path: &Path, len: u64) -> bool {
+        let (limit, dir) = {
+            let g = self.lock();
+            let t = &g.tiers[tier];
+            let limit = (t.capacity as f64 * self.conf.low_watermark) as u64;
+            if !t.has_room_for_spare(len, limit) {
+                return false;
+            }
+            (limit, t.dir.clone())
+        };
+        let seq = self.staging_seq.fetch_add(1, Ordering::Relaxed);
+        let spare = dir.join(layout::SPARE_DIR).join(seq.to_string());
+        if let Err(e) = fs::rename(path, &spare) {
+            debug!(path = %path.display(), error = %e, "cannot move a block file aside");
+            return false;
+        }
+        if unused_elsewhere(&spare) {
+            let mut g = self.lock();
+            let t = &mut g.tiers[tier];
+            if t.has_room_for_spare(len, limit) {
+                t.add_spare(spare, len);
+                return true;
+            }
+        }
+        if let Err(e) = remove_quiet(&spare) {
+            warn!(path = %spare.display(), error = %e, "cannot remove a deleted block's file");
+        }
+        true
+    }
+}
+
+/// Whether no open file but ours refers to the file at `path` (mappings included): the
+/// kernel grants a write lease only then.
+#[allow(unsafe_code)]
+fn unused_elsewhere(path: &Path) -> bool {
+    let Ok(f) = File::open(path) else {
+        return false;
+    };
+    let fd = f.as_raw_fd();
+    // SAFETY: fcntl on a descriptor this function owns; F_SETLEASE reads no memory.
+    let leased = unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK) } == 0;
+    if leased {
+        // SAFETY: as above; closing the file would drop the lease too.
+        unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_UNLCK) };
+    }
+    leased
 }
 
 /// Index one tier's `blocks/` directory; invalid entries are deleted.
@@ -484,6 +567,8 @@ pub struct WriteHandle {
     tier: usize,
     reserved: u64,
     staging: PathBuf,
+    /// The staging file is a deleted block's file, written over.
+    recycled: bool,
     file: Option<File>,
     done: bool,
 }
@@ -547,9 +632,17 @@ impl WriteHandle {
         let store = self.store.clone();
         let cs = store.conf.chunk_size;
         let id = self.id;
-        let size = fs::metadata(&self.staging)
+        let mut size = fs::metadata(&self.staging)
             .map_err(|e| FsError::io_ctx(self.staging.display(), e))?
             .len();
+        if self.recycled && size > len {
+            // the rest of the spare file this block was written over
+            if let Some(f) = &self.file {
+                f.set_len(len)
+                    .map_err(|e| FsError::io_ctx(self.staging.display(), e))?;
+                size = len;
+            }
+        }
         if size != len {
             return Err(FsError::invalid(format!(
                 "block {id}: commit of {len} bytes but the staging file has {size}"

@@ -31,6 +31,13 @@ impl BlockStore {
                 let t = &mut g.tiers[idx];
                 if t.fits(n) {
                     t.reserved += n;
+                    let doomed = t.spares_in_the_way(0);
+                    drop(g);
+                    for p in doomed {
+                        if let Err(e) = remove_quiet(&p) {
+                            warn!(path = %p.display(), error = %e, "cannot remove a spare block file");
+                        }
+                    }
                     return true;
                 }
                 if n > t.capacity {

@@ -26,6 +26,8 @@ use curvine_common::{FsError, FsResult};
 
 pub const STAGING_DIR: &str = "staging";
 pub const BLOCKS_DIR: &str = "blocks";
+/// Files of deleted blocks kept to be written over (`Tier::spares`); cleared at start.
+pub const SPARE_DIR: &str = "spare";
 pub const WORKER_ID_FILE: &str = "worker.id";
 pub const CLUSTER_ID_FILE: &str = "cluster.id";
 pub const SIDECAR_EXT: &str = "crc";

@@ -1,13 +1,13 @@
 //! Tier directories: preparing them at start, their capacity, and per-tier accounting.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use curvine_common::conf::TierDir;
 use curvine_common::proto::{StorageTier, TierReport};
 use curvine_common::{FsError, FsResult};
 
-use super::layout::{remove_quiet, BLOCKS_DIR, STAGING_DIR};
+use super::layout::{remove_quiet, BLOCKS_DIR, SPARE_DIR, STAGING_DIR};
 
 /// One tier directory and its space accounting (bytes).
 #[derive(Debug, Clone)]
@@ -20,11 +20,71 @@ pub struct Tier {
     /// Bytes reserved by writes and moves in progress.
     pub reserved: u64,
     pub blocks: u64,
+    /// Whether files of deleted blocks are kept here to be written over (tmpfs only).
+    pub recycles: bool,
+    /// Files of deleted blocks kept for new blocks to write over, with their sizes. On
+    /// tmpfs, writing over pages that exist costs a copy; writing a new file also costs
+    /// allocating every page, and in a VM that hands freed memory back to its host, a
+    /// host fault per page as well (bench/README.md, session 14). They are not counted
+    /// as used, and give way to any reservation that needs their room.
+    pub spares: Vec<(PathBuf, u64)>,
+    pub spare_bytes: u64,
 }
 
+/// At most this many spare files per tier.
+pub const MAX_SPARES: usize = 256;
+
 impl Tier {
+    pub fn new(tier: StorageTier, dir: PathBuf, capacity: u64) -> Tier {
+        let recycles = is_tmpfs(&dir);
+        Tier {
+            tier,
+            dir,
+            capacity,
+            committed: 0,
+            reserved: 0,
+            blocks: 0,
+            recycles,
+            spares: Vec::new(),
+            spare_bytes: 0,
+        }
+    }
+
     pub fn used(&self) -> u64 {
         self.committed + self.reserved
+    }
+
+    /// Whether a deleted block's file of `len` bytes may be kept as a spare: the tier
+    /// recycles, and with it the tier stays under `limit` bytes in all.
+    pub fn has_room_for_spare(&self, len: u64, limit: u64) -> bool {
+        self.recycles
+            && self.spares.len() < MAX_SPARES
+            && self.used() + self.spare_bytes + len <= limit
+    }
+
+    pub fn add_spare(&mut self, path: PathBuf, len: u64) {
+        self.spare_bytes += len;
+        self.spares.push((path, len));
+    }
+
+    pub fn take_spare(&mut self) -> Option<PathBuf> {
+        let (p, len) = self.spares.pop()?;
+        self.spare_bytes -= len;
+        Some(p)
+    }
+
+    /// Spares to remove so that `n` more bytes fit beside what stays (the caller
+    /// removes the files).
+    pub fn spares_in_the_way(&mut self, n: u64) -> Vec<PathBuf> {
+        let limit = self.usable_capacity();
+        let mut out = Vec::new();
+        while self.used() + self.spare_bytes + n > limit {
+            match self.take_spare() {
+                Some(p) => out.push(p),
+                None => break,
+            }
+        }
+        out
     }
 
     /// Bytes the tier can hold in all: its capacity, but no more than its committed
@@ -33,7 +93,9 @@ impl Tier {
     /// halfway with ENOSPC.
     pub fn usable_capacity(&self) -> u64 {
         match fs_free_bytes(&self.dir) {
-            Ok(free) => self.capacity.min(self.committed.saturating_add(free)),
+            Ok(free) => self
+                .capacity
+                .min(self.committed + self.spare_bytes.saturating_add(free)),
             Err(_) => self.capacity,
         }
     }
@@ -53,8 +115,8 @@ impl Tier {
     }
 }
 
-/// Create `staging/` and `blocks/` under `td`, check the directory is writable and clear
-/// aborted writes from `staging/`. Errors name the `worker.data_dir` entry.
+/// Create `staging/`, `spare/` and `blocks/` under `td`, check the directory is writable
+/// and clear aborted writes from `staging/` and kept files from `spare/`. Errors name the `worker.data_dir` entry.
 pub fn prepare_dir(td: &TierDir) -> FsResult<()> {
     let entry = format!("[{}]{}", td.tier.name(), td.path.display());
     let bad = |what: &str, e: std::io::Error| {
@@ -66,17 +128,36 @@ pub fn prepare_dir(td: &TierDir) -> FsResult<()> {
     let probe = td.path.join(".write-probe");
     fs::write(&probe, b"ok").map_err(|e| bad("directory is not writable", e))?;
     remove_quiet(&probe).map_err(|e| bad("remove write probe", e))?;
-    let entries = fs::read_dir(&staging).map_err(|e| bad("list staging dir", e))?;
-    for ent in entries.flatten() {
-        let p = ent.path();
-        let r = if p.is_dir() {
-            fs::remove_dir_all(&p)
-        } else {
-            remove_quiet(&p)
-        };
-        r.map_err(|e| bad("clear staging dir", e))?;
+    let spare = td.path.join(SPARE_DIR);
+    fs::create_dir_all(&spare).map_err(|e| bad("create spare dir", e))?;
+    for (dir, what) in [(&staging, "staging"), (&spare, "spare")] {
+        let entries = fs::read_dir(dir).map_err(|e| bad(&format!("list {what} dir"), e))?;
+        for ent in entries.flatten() {
+            let p = ent.path();
+            let r = if p.is_dir() {
+                fs::remove_dir_all(&p)
+            } else {
+                remove_quiet(&p)
+            };
+            r.map_err(|e| bad(&format!("clear {what} dir"), e))?;
+        }
     }
     Ok(())
+}
+
+/// Whether `path` is on tmpfs.
+#[allow(unsafe_code)]
+pub fn is_tmpfs(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: `c` is a valid NUL-terminated string and `st` points to writable memory of
+    // the right type; statfs only writes into it.
+    let rc = unsafe { libc::statfs(c.as_ptr(), st.as_mut_ptr()) };
+    // SAFETY: statfs returned 0, so it filled the struct.
+    rc == 0 && unsafe { st.assume_init() }.f_type == libc::TMPFS_MAGIC
 }
 
 /// Free bytes available to unprivileged users on the file system holding `path`.

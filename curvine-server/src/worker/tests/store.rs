@@ -244,3 +244,151 @@ fn a_tier_never_promises_more_than_its_filesystem_has() {
     drop(store);
     drop(small);
 }
+
+/// A temp dir on tmpfs, where tiers keep the files of deleted blocks; None elsewhere.
+fn shm_dir() -> Option<tempfile::TempDir> {
+    let d = tempfile::tempdir_in("/dev/shm").ok()?;
+    crate::worker::tiers::is_tmpfs(d.path()).then_some(d)
+}
+
+fn inode_of(p: &std::path::Path) -> u64 {
+    std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap())
+}
+
+#[test]
+fn a_deleted_blocks_file_is_written_over_by_the_next_block() {
+    let Some(tmp) = shm_dir() else {
+        eprintln!("no tmpfs at /dev/shm: skipped");
+        return;
+    };
+    let conf = conf_with(tmp.path(), &["MEM:1MB"]);
+    let store = open_store(&conf, "w".into()).unwrap();
+    put(&store, 1, &pattern(3 * CS + 5, 1));
+    let (old, _) = block_path(&dirs(&conf), 1).unwrap();
+    let ino = inode_of(&old);
+    assert!(store.delete(1));
+    assert!(!old.exists());
+    {
+        let g = store.lock();
+        assert_eq!(g.tiers[0].spares.len(), 1);
+        assert_eq!(g.tiers[0].used(), 0, "a spare is not used space");
+    }
+    // a shorter block over the longer file: only its own bytes remain
+    let data = pattern(CS + 1, 2);
+    put(&store, 2, &data);
+    let (new, _) = block_path(&dirs(&conf), 2).unwrap();
+    assert_eq!(inode_of(&new), ino, "the spare file was reused");
+    assert!(store.lock().tiers[0].spares.is_empty());
+    let r = store.open_read(2).unwrap();
+    assert_eq!(r.len, data.len() as u64);
+    assert_eq!(std::fs::read(&r.path).unwrap(), data);
+    assert_eq!(r.crcs, chunk_crcs(&data, CS));
+    // a restart drops what was kept
+    put(&store, 3, &pattern(CS, 3));
+    assert!(store.delete(3));
+    assert_eq!(store.lock().tiers[0].spares.len(), 1);
+    drop(store);
+    let store = open_store(&conf, "w".into()).unwrap();
+    assert!(store.lock().tiers[0].spares.is_empty());
+    let spare_dir = tmp.path().join("t0").join("spare");
+    assert_eq!(std::fs::read_dir(spare_dir).unwrap().count(), 0);
+}
+
+#[test]
+fn a_block_file_still_open_or_mapped_elsewhere_is_never_written_over() {
+    let Some(tmp) = shm_dir() else {
+        eprintln!("no tmpfs at /dev/shm: skipped");
+        return;
+    };
+    let conf = conf_with(tmp.path(), &["MEM:1MB"]);
+    let store = open_store(&conf, "w".into()).unwrap();
+    let first = pattern(2 * CS, 1);
+    put(&store, 1, &first);
+    let (p1, _) = block_path(&dirs(&conf), 1).unwrap();
+    // a reader that opened the block before it was deleted
+    let held = std::fs::File::open(&p1).unwrap();
+    assert!(store.delete(1));
+    assert!(store.lock().tiers[0].spares.is_empty());
+    put(&store, 2, &pattern(2 * CS, 2));
+    let mut back = vec![0u8; first.len()];
+    held.read_exact_at(&mut back, 0).unwrap();
+    assert_eq!(
+        back, first,
+        "the open file still holds the deleted block's bytes"
+    );
+    drop(held);
+    // a mapping outlives the descriptor it was made from
+    let (p2, _) = block_path(&dirs(&conf), 2).unwrap();
+    let f = std::fs::File::open(&p2).unwrap();
+    let map = Mapping::of(&f, 2 * CS);
+    drop(f);
+    assert!(store.delete(2));
+    assert!(store.lock().tiers[0].spares.is_empty());
+    put(&store, 3, &pattern(2 * CS, 3));
+    assert_eq!(map.bytes(), &pattern(2 * CS, 2)[..]);
+}
+
+#[test]
+fn spares_give_way_to_a_reservation_that_needs_their_room() {
+    let Some(tmp) = shm_dir() else {
+        eprintln!("no tmpfs at /dev/shm: skipped");
+        return;
+    };
+    // 16 chunks: with the low watermark at 0.85, up to 13 chunks of blocks and spares
+    let conf = conf_with(tmp.path(), &[&format!("MEM:{}", 16 * CS)]);
+    let store = open_store(&conf, "w".into()).unwrap();
+    for id in 1..=3 {
+        put(&store, id, &pattern(4 * CS, id as u8));
+    }
+    for id in 1..=3 {
+        assert!(store.delete(id));
+    }
+    assert_eq!(store.lock().tiers[0].spare_bytes, 12 * CS as u64);
+    // 14 chunks fit only once the spares are gone (the reservation comes first)
+    let data = pattern(14 * CS, 9);
+    assert_eq!(put(&store, 9, &data), StorageTier::Mem);
+    let g = store.lock();
+    assert_eq!(g.tiers[0].used(), 14 * CS as u64);
+    assert_eq!(g.tiers[0].spare_bytes, 0);
+    assert!(g.tiers[0].spares.is_empty());
+    drop(g);
+    let r = store.open_read(9).unwrap();
+    assert_eq!(std::fs::read(&r.path).unwrap(), data);
+}
+
+/// A read-only shared mapping, unmapped on drop.
+struct Mapping(*mut libc::c_void, usize);
+
+impl Mapping {
+    #[allow(unsafe_code)]
+    fn of(f: &std::fs::File, len: usize) -> Mapping {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh read-only mapping of an open file of at least `len` bytes.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        Mapping(p, len)
+    }
+
+    #[allow(unsafe_code)]
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` readable bytes mapped until drop.
+        unsafe { std::slice::from_raw_parts(self.0.cast(), self.1) }
+    }
+}
+
+impl Drop for Mapping {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        // SAFETY: exactly the range mmap returned.
+        unsafe { libc::munmap(self.0, self.1) };
+    }
+}
