@@ -160,6 +160,7 @@ impl CurvineFs {
             short_circuit: c.client.short_circuit,
             verify_checksum: c.client.verify_checksum,
             client_host: c.client.hostname.clone(),
+            direct_io: c.client.direct_io,
         }
     }
 

@@ -278,8 +278,8 @@ pub struct ClientConf {
     pub storage_tier: Tier,
     /// Read and write block files directly when the worker is on this host.
     pub short_circuit: bool,
-    /// Short-circuit writes to SSD/HDD blocks use O_DIRECT (no page-cache copy or
-    /// writeback); off = buffered writes.
+    /// Short-circuit reads and writes of SSD/HDD blocks use O_DIRECT (no page-cache
+    /// copy, writeback or second cached copy); off = buffered I/O.
     pub direct_io: bool,
     /// Verify CRC32C on every read (short-circuit reads included).
     pub verify_checksum: bool,
