@@ -9,6 +9,8 @@
 //! <tier dir>/blocks/<xx>/<id>       a committed block, xx = two lowercase hex digits
 //!                                   of block_id % 256, <id> = decimal block id
 //! <tier dir>/blocks/<xx>/<id>.crc   its CRC sidecar
+//! <tier dir>/spare/<seq>            (tmpfs tiers) the file of a deleted block, kept for
+//!                                   a new block to write over; deleted at start
 //! ```
 //!
 //! Sidecar format (all little endian): `b"CVC1"`, `u32 chunk_size`, `u64 block_len`, then
