@@ -455,7 +455,7 @@ impl BlockStore {
             let mut g = self.lock();
             let t = &mut g.tiers[tier];
             if t.has_room_for_spare(len, limit) {
-                t.add_spare(spare, len);
+                t.spares.push((spare, len));
                 return true;
             }
         }

@@ -31,7 +31,7 @@ impl BlockStore {
                 let t = &mut g.tiers[idx];
                 if t.fits(n) {
                     t.reserved += n;
-                    let doomed = t.spares_in_the_way(0);
+                    let doomed = t.spares_in_the_way();
                     drop(g);
                     for p in doomed {
                         if let Err(e) = remove_quiet(&p) {

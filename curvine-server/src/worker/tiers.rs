@@ -28,7 +28,6 @@ pub struct Tier {
     /// host fault per page as well (bench/README.md, session 14). They are not counted
     /// as used, and give way to any reservation that needs their room.
     pub spares: Vec<(PathBuf, u64)>,
-    pub spare_bytes: u64,
 }
 
 /// At most this many spare files per tier.
@@ -46,7 +45,6 @@ impl Tier {
             blocks: 0,
             recycles,
             spares: Vec::new(),
-            spare_bytes: 0,
         }
     }
 
@@ -54,35 +52,33 @@ impl Tier {
         self.committed + self.reserved
     }
 
+    /// Bytes held by spare files.
+    pub fn spare_bytes(&self) -> u64 {
+        self.spares.iter().map(|(_, len)| len).sum()
+    }
+
     /// Whether a deleted block's file of `len` bytes may be kept as a spare: the tier
     /// recycles, and with it the tier stays under `limit` bytes in all.
     pub fn has_room_for_spare(&self, len: u64, limit: u64) -> bool {
         self.recycles
             && self.spares.len() < MAX_SPARES
-            && self.used() + self.spare_bytes + len <= limit
-    }
-
-    pub fn add_spare(&mut self, path: PathBuf, len: u64) {
-        self.spare_bytes += len;
-        self.spares.push((path, len));
+            && self.used() + self.spare_bytes() + len <= limit
     }
 
     pub fn take_spare(&mut self) -> Option<PathBuf> {
-        let (p, len) = self.spares.pop()?;
-        self.spare_bytes -= len;
-        Some(p)
+        self.spares.pop().map(|(p, _)| p)
     }
 
-    /// Spares to remove so that `n` more bytes fit beside what stays (the caller
-    /// removes the files).
-    pub fn spares_in_the_way(&mut self, n: u64) -> Vec<PathBuf> {
-        let limit = self.usable_capacity();
+    /// Spares to remove so that the tier's blocks, reservations and the spares that
+    /// stay fit its capacity (the caller removes the files).
+    pub fn spares_in_the_way(&mut self) -> Vec<PathBuf> {
         let mut out = Vec::new();
-        while self.used() + self.spare_bytes + n > limit {
-            match self.take_spare() {
-                Some(p) => out.push(p),
-                None => break,
-            }
+        if self.spares.is_empty() {
+            return out;
+        }
+        let limit = self.usable_capacity();
+        while !self.spares.is_empty() && self.used() + self.spare_bytes() > limit {
+            out.extend(self.take_spare());
         }
         out
     }
@@ -95,7 +91,7 @@ impl Tier {
         match fs_free_bytes(&self.dir) {
             Ok(free) => self
                 .capacity
-                .min(self.committed + self.spare_bytes.saturating_add(free)),
+                .min(self.committed + self.spare_bytes().saturating_add(free)),
             Err(_) => self.capacity,
         }
     }
@@ -116,7 +112,8 @@ impl Tier {
 }
 
 /// Create `staging/`, `spare/` and `blocks/` under `td`, check the directory is writable
-/// and clear aborted writes from `staging/` and kept files from `spare/`. Errors name the `worker.data_dir` entry.
+/// and clear aborted writes from `staging/` and kept files from `spare/`. Errors name
+/// the `worker.data_dir` entry.
 pub fn prepare_dir(td: &TierDir) -> FsResult<()> {
     let entry = format!("[{}]{}", td.tier.name(), td.path.display());
     let bad = |what: &str, e: std::io::Error| {

@@ -343,13 +343,13 @@ fn spares_give_way_to_a_reservation_that_needs_their_room() {
     for id in 1..=3 {
         assert!(store.delete(id));
     }
-    assert_eq!(store.lock().tiers[0].spare_bytes, 12 * CS as u64);
+    assert_eq!(store.lock().tiers[0].spare_bytes(), 12 * CS as u64);
     // 14 chunks fit only once the spares are gone (the reservation comes first)
     let data = pattern(14 * CS, 9);
     assert_eq!(put(&store, 9, &data), StorageTier::Mem);
     let g = store.lock();
     assert_eq!(g.tiers[0].used(), 14 * CS as u64);
-    assert_eq!(g.tiers[0].spare_bytes, 0);
+    assert_eq!(g.tiers[0].spare_bytes(), 0);
     assert!(g.tiers[0].spares.is_empty());
     drop(g);
     let r = store.open_read(9).unwrap();
