@@ -95,8 +95,18 @@ impl BlockSource {
         };
         if !ok.path.is_empty() {
             pool.put(conn);
-            let file = File::open(&ok.path)
-                .map_err(|e| FsError::io_ctx(format!("open block file {}", ok.path), e))?;
+            let disk = ok.tier == StorageTier::Ssd as i32 || ok.tier == StorageTier::Hdd as i32;
+            let direct = (disk && opts.direct_io)
+                .then(|| DirectWindow::open(&ok.path))
+                .flatten();
+            let (file, direct) = match direct {
+                Some((file, window)) => (file, Some(window)),
+                None => {
+                    let file = File::open(&ok.path)
+                        .map_err(|e| FsError::io_ctx(format!("open block file {}", ok.path), e))?;
+                    (file, None)
+                }
+            };
             if opts.verify_checksum && ok.crcs.len() != chunk_count(ok.block_len, chunk_size as u32)
             {
                 return Err(FsError::protocol(format!(
@@ -105,12 +115,6 @@ impl BlockSource {
                     ok.block_len
                 )));
             }
-            let disk = ok.tier == StorageTier::Ssd as i32 || ok.tier == StorageTier::Hdd as i32;
-            let direct = if disk && opts.direct_io {
-                DirectWindow::open(&ok.path)
-            } else {
-                None
-            };
             debug!(block = block_id, worker = %addr, direct = direct.is_some(), "short-circuit read");
             return Ok(BlockSource::Local(LocalBlock {
                 block_id,
@@ -190,12 +194,12 @@ pub(crate) struct LocalBlock {
     verified: Vec<u64>,
     /// The block file mapped into memory, once a caller asked for bytes without a copy.
     map: MapState,
-    /// An SSD or HDD block file read with O_DIRECT.
+    /// Set when `file` was opened with O_DIRECT (an SSD or HDD block): reads go through it.
     direct: Option<DirectWindow>,
 }
 
 /// Alignment of O_DIRECT reads: offset, length and buffer.
-const DIRECT_ALIGN: u64 = 4096;
+const DIRECT_ALIGN: u64 = crate::block_writer::DIRECT_ALIGN as u64;
 /// Sizes of the reads a `DirectWindow` makes: the first, and the most it grows to.
 /// On this project's virtio disk, 2 readers of 1 MiB O_DIRECT reads were fastest: 1.70,
 /// 2.08, 2.89, 2.36 and 1.62 GiB/s at 256 KiB, 512 KiB, 1, 2 and 4 MiB (fio).
@@ -212,7 +216,6 @@ const DIRECT_MAX: usize = 1 << 20;
 /// `DIRECT_MAX`, and starts again at `DIRECT_MIN` after a jump, so that random reads
 /// read little more than they ask for.
 struct DirectWindow {
-    file: File,
     buf: AlignedBuf,
     /// Block offset of `buf[0]`; `buf.len()` bytes are valid.
     off: u64,
@@ -223,26 +226,29 @@ struct DirectWindow {
 }
 
 impl DirectWindow {
-    /// `path` opened with O_DIRECT; None where the file system refuses it.
-    fn open(path: &str) -> Option<DirectWindow> {
+    /// `path` opened with O_DIRECT, and a window to read it through; None where the file
+    /// system refuses O_DIRECT.
+    fn open(path: &str) -> Option<(File, DirectWindow)> {
         use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_DIRECT)
             .open(path)
             .ok()?;
-        Some(DirectWindow {
-            file,
+        let window = DirectWindow {
             buf: AlignedBuf::default(),
             off: 0,
             grow: DIRECT_MIN,
             next: u64::MAX,
-        })
+        };
+        Some((file, window))
     }
 
-    /// Fill `dst` with the bytes at `offset` of a block of `block_len` bytes.
+    /// Fill `dst` with the bytes at `offset` of `file` (opened with O_DIRECT), a block
+    /// of `block_len` bytes.
     fn read_exact_at(
         &mut self,
+        file: &File,
         dst: &mut [u8],
         offset: u64,
         block_len: u64,
@@ -252,7 +258,7 @@ impl DirectWindow {
             let at = offset + done as u64;
             let end = self.off + self.buf.len() as u64;
             if at < self.off || at >= end {
-                self.fill(at, block_len)?;
+                self.fill(file, at, block_len)?;
                 continue;
             }
             let s = (at - self.off) as usize;
@@ -264,7 +270,7 @@ impl DirectWindow {
     }
 
     /// Read the window starting at the aligned offset at or before `at`.
-    fn fill(&mut self, at: u64, block_len: u64) -> std::io::Result<()> {
+    fn fill(&mut self, file: &File, at: u64, block_len: u64) -> std::io::Result<()> {
         let start = at / DIRECT_ALIGN * DIRECT_ALIGN;
         if at >= block_len {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
@@ -289,9 +295,7 @@ impl DirectWindow {
         let mut got = 0;
         while got < want {
             // short only at the end of the file, whose length need not be aligned
-            let n = self
-                .file
-                .read_at(&mut self.buf[got..want], start + got as u64)?;
+            let n = file.read_at(&mut self.buf[got..want], start + got as u64)?;
             if n == 0 {
                 break;
             }
@@ -433,7 +437,7 @@ impl AsRef<[u8]> for MapSlice {
 impl LocalBlock {
     fn pread(&mut self, buf: &mut [u8], offset: u64) -> FsResult<()> {
         let res = match &mut self.direct {
-            Some(d) => d.read_exact_at(buf, offset, self.block_len),
+            Some(d) => d.read_exact_at(&self.file, buf, offset, self.block_len),
             None => self.file.read_exact_at(buf, offset),
         };
         res.map_err(|e| {
@@ -835,8 +839,9 @@ mod local_tests {
         // a length that is not a multiple of the alignment, over several full windows
         let data = content(DIRECT_MAX * 2 + 3 * CS + 123);
         let (f, mut b) = local_in(dir.path(), &data);
-        b.direct = DirectWindow::open(f.path().to_str().unwrap());
-        assert!(b.direct.is_some(), "the crate's file system takes O_DIRECT");
+        let opened = DirectWindow::open(f.path().to_str().unwrap());
+        assert!(opened.is_some(), "the crate's file system takes O_DIRECT");
+        (b.file, b.direct) = opened.map(|(file, w)| (file, Some(w))).unwrap();
         // sequential reads grow the window to its largest
         let mut back = vec![0u8; data.len()];
         for (i, piece) in back.chunks_mut(128 << 10).enumerate() {
@@ -862,8 +867,8 @@ mod local_tests {
             .unwrap();
         w.sync_all().unwrap();
         let (_other, mut fresh) = local_in(dir.path(), &data);
-        fresh.file = File::open(f.path()).unwrap();
-        fresh.direct = DirectWindow::open(f.path().to_str().unwrap());
+        let (file, w) = DirectWindow::open(f.path().to_str().unwrap()).unwrap();
+        (fresh.file, fresh.direct) = (file, Some(w));
         let mut out = vec![0u8; CS];
         match fresh.read_at(DIRECT_MAX as u64, &mut out) {
             Err(FsError::ChecksumMismatch { .. }) => {}

@@ -44,7 +44,7 @@ enum Sink {
 
 /// Alignment O_DIRECT needs for buffer, offset and length (`AlignedBuf` starts on a
 /// page, which covers the buffer).
-const DIRECT_ALIGN: usize = 4096;
+pub(crate) const DIRECT_ALIGN: usize = 4096;
 
 /// A block file opened with O_DIRECT and an aligned bounce buffer for it.
 struct DirectFile {
