@@ -174,13 +174,13 @@ async fn fs_write(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
                     .create_with(&path, opts)
                     .await
                     .with_context(|| format!("create {path}"))?;
-                let mut crc = 0u32;
+                let mut crc = file_crc();
                 let mut off = 0u64;
                 while off < args.file_size {
                     let n = (args.file_size - off).min(args.buf_size) as usize;
                     fill(&mut buf[..n], &pattern, i, off);
                     if args.checksum {
-                        crc = crc32c::crc32c_append(crc, &buf[..n]);
+                        crc.update(&buf[..n]);
                     }
                     w.write(&buf[..n])
                         .await
@@ -188,7 +188,7 @@ async fn fs_write(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
                     off += n as u64;
                 }
                 w.close().await.with_context(|| format!("close {path}"))?;
-                crcs.push((i, crc));
+                crcs.push((i, crc.finalize() as u32));
             }
             anyhow::Ok(crcs)
         }));
@@ -245,7 +245,7 @@ async fn fs_read(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
                     .open(&path)
                     .await
                     .with_context(|| format!("open {path}"))?;
-                let mut crc = 0u32;
+                let mut crc = file_crc();
                 let mut total = 0u64;
                 loop {
                     let n = r
@@ -256,14 +256,14 @@ async fn fs_read(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
                         break;
                     }
                     if args.checksum {
-                        crc = crc32c::crc32c_append(crc, &buf[..n]);
+                        crc.update(&buf[..n]);
                     }
                     total += n as u64;
                 }
                 if total != args.file_size {
                     anyhow::bail!("{path}: read {total} bytes, expected {}", args.file_size);
                 }
-                out.push((i, crc));
+                out.push((i, crc.finalize() as u32));
             }
             anyhow::Ok(out)
         }));
@@ -306,6 +306,11 @@ fn parse_manifest(args: &Args, raw: Vec<u8>) -> anyhow::Result<Vec<u32>> {
             u32::from_str_radix(c, 16).with_context(|| format!("bad manifest line {l:?}"))
         })
         .collect()
+}
+
+/// A running CRC32C of a whole file (the same sum as the chunks' CRCs use).
+fn file_crc() -> crc_fast::Digest {
+    crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi)
 }
 
 fn total_crc(crcs: &[(usize, u32)]) -> u32 {
@@ -414,12 +419,12 @@ fn fuse_write(args: &Args) -> anyhow::Result<()> {
         let path = file_path(&args.dir, i);
         let mut f = std::fs::File::create(&path).with_context(|| format!("create {path}"))?;
         let mut buf = AlignedBuf::zeroed(args.buf_size as usize);
-        let (mut crc, mut off) = (0u32, 0u64);
+        let (mut crc, mut off) = (file_crc(), 0u64);
         while off < args.file_size {
             let n = (args.file_size - off).min(args.buf_size) as usize;
             fill(&mut buf[..n], &pattern, i, off);
             if args.checksum {
-                crc = crc32c::crc32c_append(crc, &buf[..n]);
+                crc.update(&buf[..n]);
             }
             f.write_all(&buf[..n])
                 .with_context(|| format!("write {path}"))?;
@@ -428,7 +433,7 @@ fn fuse_write(args: &Args) -> anyhow::Result<()> {
         // close reports errors of the last writes; flush them explicitly
         f.flush().with_context(|| format!("flush {path}"))?;
         drop(f);
-        Ok(crc)
+        Ok(crc.finalize() as u32)
     })?;
     print_throughput(
         "fuse.write",
@@ -460,21 +465,21 @@ fn fuse_read(args: &Args) -> anyhow::Result<()> {
         let path = file_path(&args.dir, i);
         let mut f = std::fs::File::open(&path).with_context(|| format!("open {path}"))?;
         let mut buf = AlignedBuf::zeroed(args.buf_size as usize);
-        let (mut crc, mut total) = (0u32, 0u64);
+        let (mut crc, mut total) = (file_crc(), 0u64);
         loop {
             let n = f.read(&mut buf).with_context(|| format!("read {path}"))?;
             if n == 0 {
                 break;
             }
             if args.checksum {
-                crc = crc32c::crc32c_append(crc, &buf[..n]);
+                crc.update(&buf[..n]);
             }
             total += n as u64;
         }
         if total != args.file_size {
             bail!("{path}: read {total} bytes, expected {}", args.file_size);
         }
-        Ok(crc)
+        Ok(crc.finalize() as u32)
     })?;
     print_throughput(
         "fuse.read",

@@ -552,7 +552,7 @@ impl LocalBlock {
 
     /// Check chunk `index` (all of its bytes) against its CRC and mark it verified.
     fn verify_chunk(&mut self, index: u64, data: &[u8]) -> FsResult<()> {
-        if self.crcs.get(index as usize).copied() != Some(crc32c::crc32c(data)) {
+        if self.crcs.get(index as usize).copied() != Some(curvine_common::checksum::crc32c(data)) {
             return Err(mismatch(
                 self.block_id,
                 &self.worker,

@@ -1,5 +1,13 @@
 //! CRC32C per chunk: computed by the writer, verified by the worker on write and by the
-//! reader on every read path. The `crc32c` crate uses the CPU's CRC instruction.
+//! reader on every read path. `crc-fast` folds with VPCLMULQDQ on CPUs that have AVX-512
+//! (about 4 × the SSE4.2 CRC instruction on a 64 KiB chunk in cache here) and picks the
+//! best it finds at run time elsewhere.
+
+/// CRC32C (Castagnoli, as iSCSI and ext4 use it) of `data`.
+#[inline]
+pub fn crc32c(data: &[u8]) -> u32 {
+    crc_fast::crc32_iscsi(data)
+}
 
 /// Number of chunks covering `len` bytes.
 pub fn chunk_count(len: u64, chunk_size: u32) -> usize {
@@ -9,7 +17,7 @@ pub fn chunk_count(len: u64, chunk_size: u32) -> usize {
 /// CRC32C of each `chunk_size` piece of `data` (the last piece may be short),
 /// appended to `out`.
 pub fn chunk_crcs_into(data: &[u8], chunk_size: usize, out: &mut Vec<u32>) {
-    out.extend(data.chunks(chunk_size).map(crc32c::crc32c));
+    out.extend(data.chunks(chunk_size).map(crc32c));
 }
 
 pub fn chunk_crcs(data: &[u8], chunk_size: usize) -> Vec<u32> {
@@ -26,7 +34,7 @@ pub fn verify_chunks(data: &[u8], chunk_size: usize, crcs: &[u32]) -> Result<(),
         return Err(crcs.len());
     }
     for (i, (chunk, want)) in data.chunks(chunk_size).zip(crcs).enumerate() {
-        if crc32c::crc32c(chunk) != *want {
+        if crc32c(chunk) != *want {
             return Err(i);
         }
     }
@@ -57,6 +65,13 @@ pub fn decode_crcs(bytes: &[u8]) -> Option<Vec<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn is_crc32c() {
+        // the check value of CRC-32/ISCSI, and the empty string
+        assert_eq!(crc32c(b"123456789"), 0xe306_9283);
+        assert_eq!(crc32c(b""), 0);
+    }
 
     #[test]
     fn detects_a_flipped_byte() {
