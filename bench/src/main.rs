@@ -54,6 +54,11 @@ struct Args {
     /// measure (one pass over 40,000 files took 0.3-0.7 s).
     #[arg(long, default_value_t = 5)]
     stat_rounds: usize,
+    /// Threads of the runtime the client tasks run on (0: one per client thread, at
+    /// least 2). `meta` with 8 clients on 1 thread is how an async program with 8 calls
+    /// in flight runs; see bench/README.md.
+    #[arg(long, default_value_t = 0)]
+    runtime_threads: usize,
 }
 
 const MANIFEST: &str = "_bench_manifest";
@@ -86,7 +91,10 @@ fn run(args: Args) -> anyhow::Result<()> {
         conf.client.short_circuit = false;
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(args.client_threads.max(2))
+        .worker_threads(match args.runtime_threads {
+            0 => args.client_threads.max(2),
+            n => n,
+        })
         .enable_all()
         .build()
         .context("start runtime")?;
