@@ -89,6 +89,7 @@ fn init_log(conf: &ClusterConf) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_filter(&conf.log.level)));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
 }
