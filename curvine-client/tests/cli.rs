@@ -82,6 +82,22 @@ fn cv_commands_work_end_to_end() {
     );
     let e = cv(&conf, &["fs", "mkdir", "relative/path"]);
     assert!(!e.status.success());
+
+    // several paths: each is done; a failing one is named and the exit is non-zero
+    ok(&conf, &["fs", "mkdir", "-p", "/many/a", "/many/b"]);
+    ok(&conf, &["fs", "touch", "/many/a/1", "/many/a/2", "/many/b/3"]);
+    let ls = ok(&conf, &["fs", "ls", "/many/a"]);
+    assert_eq!(ls.lines().count(), 2, "{ls}");
+    let e = cv(&conf, &["fs", "rm", "/many/a/1", "/many/nope", "/many/a/2"]);
+    assert!(!e.status.success());
+    let err = String::from_utf8_lossy(&e.stderr);
+    assert!(
+        err.contains("rm /many/nope:") && err.contains("1 of 3 paths failed"),
+        "{err}"
+    );
+    assert!(ok(&conf, &["fs", "ls", "/many/a"]).trim().is_empty());
+    ok(&conf, &["fs", "rm", "-r", "/many/a", "/many/b"]);
+    assert!(ok(&conf, &["fs", "ls", "/many"]).trim().is_empty());
     rt.block_on(cluster.shutdown()).unwrap();
 }
 

@@ -43,7 +43,8 @@ enum FsCmd {
         /// Create missing parents; no error if it exists.
         #[arg(short = 'p')]
         parents: bool,
-        path: String,
+        #[arg(required = true)]
+        paths: Vec<String>,
     },
     /// Copy a local file into Curvine.
     Put {
@@ -62,7 +63,8 @@ enum FsCmd {
         /// Remove directories and their contents.
         #[arg(short = 'r')]
         recursive: bool,
-        path: String,
+        #[arg(required = true)]
+        paths: Vec<String>,
     },
     /// Rename or move.
     Mv { src: String, dst: String },
@@ -78,7 +80,10 @@ enum FsCmd {
     /// Cluster capacity, used and free space.
     Df,
     /// Create an empty file, or update the modification time of an existing one.
-    Touch { path: String },
+    Touch {
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
     /// Change permission bits (octal MODE, e.g. 755).
     Chmod { mode: String, path: String },
     /// Create a hard link, or with -s a symbolic link.
@@ -125,6 +130,51 @@ fn main() -> ExitCode {
     }
 }
 
+/// `op` on each of `paths` in turn, going on past failures as rm and mkdir do. One path:
+/// its error is the command's. Several: each failure is a line on stderr naming its path,
+/// and the command fails at the end if any did.
+async fn each<F, Fut>(cmd: &str, paths: &[String], op: F) -> anyhow::Result<()>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    if let [one] = paths {
+        return op(one.clone()).await;
+    }
+    let mut failed = 0;
+    for p in paths {
+        if let Err(e) = op(p.clone()).await {
+            eprintln!("cv: {cmd} {p}: {}", e.root_cause());
+            failed += 1;
+        }
+    }
+    if failed > 0 {
+        anyhow::bail!("{cmd}: {failed} of {} paths failed", paths.len());
+    }
+    Ok(())
+}
+
+/// Set a path's access and modification times to now, creating it empty if missing.
+async fn touch(fs: &CurvineFs, path: String) -> anyhow::Result<()> {
+    match fs.stat(&path).await {
+        Ok(_) => {
+            let now = curvine_common::types::now_ms();
+            let attr = SetAttr {
+                mtime_ms: Some(now),
+                atime_ms: Some(now),
+                ..Default::default()
+            };
+            fs.set_attr(&path, attr).await?;
+        }
+        Err(FsError::NotFound { .. }) => {
+            let mut w = fs.create(&path, false).await?;
+            w.close().await?;
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(())
+}
+
 fn load_conf(arg: Option<&Path>) -> anyhow::Result<ClusterConf> {
     if let Some(p) = arg {
         return Ok(ClusterConf::load(p)?);
@@ -166,8 +216,12 @@ async fn fs_cmd(fs: &CurvineFs, cmd: FsCmd) -> anyhow::Result<()> {
                 }
             }
         }
-        FsCmd::Mkdir { parents, path } => {
-            fs.mkdir(&path, parents).await?;
+        FsCmd::Mkdir { parents, paths } => {
+            each("mkdir", &paths, |p| async move {
+                fs.mkdir(&p, parents).await?;
+                Ok(())
+            })
+            .await?;
         }
         FsCmd::Put {
             force,
@@ -220,7 +274,13 @@ async fn fs_cmd(fs: &CurvineFs, cmd: FsCmd) -> anyhow::Result<()> {
                 out.write_all(&buf[..n])?;
             }
         }
-        FsCmd::Rm { recursive, path } => fs.delete(&path, recursive).await?,
+        FsCmd::Rm { recursive, paths } => {
+            each("rm", &paths, |p| async move {
+                fs.delete(&p, recursive).await?;
+                Ok(())
+            })
+            .await?;
+        }
         FsCmd::Mv { src, dst } => fs.rename(&src, &dst).await?,
         FsCmd::Stat { path } => {
             let s = fs.lstat(&path).await?;
@@ -253,22 +313,7 @@ async fn fs_cmd(fs: &CurvineFs, cmd: FsCmd) -> anyhow::Result<()> {
                 percent(r.used, r.capacity)
             )?;
         }
-        FsCmd::Touch { path } => match fs.stat(&path).await {
-            Ok(_) => {
-                let now = curvine_common::types::now_ms();
-                let attr = SetAttr {
-                    mtime_ms: Some(now),
-                    atime_ms: Some(now),
-                    ..Default::default()
-                };
-                fs.set_attr(&path, attr).await?;
-            }
-            Err(FsError::NotFound { .. }) => {
-                let mut w = fs.create(&path, false).await?;
-                w.close().await?;
-            }
-            Err(e) => return Err(e.into()),
-        },
+        FsCmd::Touch { paths } => each("touch", &paths, |p| touch(fs, p)).await?,
         FsCmd::Chmod { mode, path } => {
             let mode = parse_mode(&mode)?;
             let attr = SetAttr {
