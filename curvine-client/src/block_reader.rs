@@ -304,13 +304,22 @@ impl DirectWindow {
             DIRECT_MIN
         };
         let want = window_len(self.grow, start, block_len);
-        // A read ahead that starts elsewhere (after a jump) is left to finish unused.
-        match self.ahead.take().filter(|a| a.off == start) {
-            Some(ahead) => {
-                let (buf, res) = ahead.done.recv().map_err(|_| {
-                    std::io::Error::other("the read-ahead of a block file ended without a result")
-                })?;
-                res?;
+        // A read ahead that starts elsewhere (after a jump) is left to finish unused; one
+        // that failed is read again below, where a lasting error is returned.
+        let ahead = self
+            .ahead
+            .take()
+            .filter(|a| a.off == start)
+            .and_then(|a| match a.done.recv() {
+                Ok((buf, Ok(()))) => Some(buf),
+                Ok((_, Err(e))) => {
+                    debug!(error = %e, at = start, "read-ahead of a block file failed; reading again");
+                    None
+                }
+                Err(_) => None,
+            });
+        match ahead {
+            Some(buf) => {
                 self.spare = Some(std::mem::replace(&mut self.buf, buf));
                 #[cfg(test)]
                 {

@@ -85,7 +85,10 @@ fn cv_commands_work_end_to_end() {
 
     // several paths: each is done; a failing one is named and the exit is non-zero
     ok(&conf, &["fs", "mkdir", "-p", "/many/a", "/many/b"]);
-    ok(&conf, &["fs", "touch", "/many/a/1", "/many/a/2", "/many/b/3"]);
+    ok(
+        &conf,
+        &["fs", "touch", "/many/a/1", "/many/a/2", "/many/b/3"],
+    );
     let ls = ok(&conf, &["fs", "ls", "/many/a"]);
     assert_eq!(ls.lines().count(), 2, "{ls}");
     let e = cv(&conf, &["fs", "rm", "/many/a/1", "/many/nope", "/many/a/2"]);
