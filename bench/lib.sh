@@ -12,7 +12,9 @@ m=re.fullmatch(r'(\d+)([KMG]?)', '$1'.upper()); n=int(m.group(1))*{'':1,'K':1<<1
 print(n//$2)"
 }
 
-# fio_gibs NAME DIR RW DIRECT BS SIZE_PER_JOB JOBS [FALLOCATE]: psync, GiB/s of all jobs
+# fio_gibs NAME DIR RW DIRECT BS SIZE_PER_JOB JOBS [FALLOCATE]: psync, GiB/s of all jobs:
+# their bytes over the longest job's time, as curvine-bench counts (the sum of each job's
+# own rate would overstate it whenever one job finishes early)
 fio_gibs() {
   local out; out=$(mktemp)
   fio --name="$1" --directory="$2" --rw="$3" --direct="$4" --bs="$5" --size="$6" \
@@ -21,7 +23,8 @@ fio_gibs() {
   python3 -c "
 import json
 j=json.load(open('$out')); k='$3'
-print(f\"{sum(job[k]['bw_bytes'] for job in j['jobs'])/2**30:.2f}\")"
+b=sum(job[k]['io_bytes'] for job in j['jobs']); ms=max(job[k]['runtime'] for job in j['jobs'])
+print(f\"{b/(ms/1000)/2**30:.2f}\")"
   rm -f "$out"
 }
 
