@@ -9,7 +9,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use curvine_common::aligned::AlignedBuf;
+use curvine_common::aligned::MappedBuf;
 use curvine_common::checksum::{chunk_count, verify_chunks};
 use curvine_common::frame::header;
 use curvine_common::proto::{BlockLocation, DataOp, StorageTier};
@@ -221,7 +221,7 @@ const DIRECT_MAX: usize = 1 << 20;
 /// always has a read to work on instead of idling through each window's CPU work.
 struct DirectWindow {
     file: Arc<File>,
-    buf: AlignedBuf,
+    buf: MappedBuf,
     /// Block offset of `buf[0]`; `buf.len()` bytes are valid.
     off: u64,
     /// Size of the next read at the end of the last one.
@@ -231,7 +231,7 @@ struct DirectWindow {
     /// The window after this one, being read in the background.
     ahead: Option<ReadAhead>,
     /// A used window's buffer, for the next read-ahead.
-    spare: Option<AlignedBuf>,
+    spare: Option<MappedBuf>,
     /// Windows that came from a read-ahead.
     #[cfg(test)]
     ahead_used: usize,
@@ -240,7 +240,7 @@ struct DirectWindow {
 /// A window read on the blocking pool: it starts at block offset `off`.
 struct ReadAhead {
     off: u64,
-    done: std::sync::mpsc::Receiver<(AlignedBuf, std::io::Result<()>)>,
+    done: std::sync::mpsc::Receiver<(MappedBuf, std::io::Result<()>)>,
 }
 
 impl DirectWindow {
@@ -256,7 +256,7 @@ impl DirectWindow {
         let file = Arc::new(file);
         let window = DirectWindow {
             file: file.clone(),
-            buf: AlignedBuf::default(),
+            buf: MappedBuf::default(),
             off: 0,
             grow: DIRECT_MIN,
             next: u64::MAX,
@@ -334,7 +334,7 @@ impl DirectWindow {
                     } else {
                         DIRECT_MAX
                     };
-                    self.buf = AlignedBuf::zeroed(cap);
+                    self.buf = MappedBuf::new(cap)?;
                 }
                 read_window(&self.file, &mut self.buf, start, want)?;
             }
@@ -360,11 +360,15 @@ impl DirectWindow {
         };
         let off = self.next;
         let want = window_len(DIRECT_MAX, off, block_len);
-        let mut buf = self
-            .spare
-            .take()
-            .filter(|b| b.capacity() >= want)
-            .unwrap_or_else(|| AlignedBuf::zeroed(DIRECT_MAX));
+        let spare = self.spare.take().filter(|b| b.capacity() >= want);
+        let mut buf = match spare.map_or_else(|| MappedBuf::new(DIRECT_MAX), Ok) {
+            Ok(b) => b,
+            Err(e) => {
+                // no read-ahead then: the next `fill` reads in place and reports errors
+                debug!(error = %e, "no buffer for a read-ahead");
+                return;
+            }
+        };
         let file = self.file.clone();
         let (tx, done) = std::sync::mpsc::sync_channel(1);
         rt.spawn_blocking(move || {
@@ -384,7 +388,7 @@ fn window_len(grow: usize, start: u64, block_len: u64) -> usize {
 
 /// Read `want` bytes at `start` of `file` into `buf`, fewer only at the end of the file;
 /// `buf`'s length is then what was read.
-fn read_window(file: &File, buf: &mut AlignedBuf, start: u64, want: usize) -> std::io::Result<()> {
+fn read_window(file: &File, buf: &mut MappedBuf, start: u64, want: usize) -> std::io::Result<()> {
     buf.set_len(want);
     let mut got = 0;
     while got < want {
