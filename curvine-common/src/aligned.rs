@@ -86,6 +86,7 @@ const HUGE: usize = 2 << 20;
 /// 16). Where the kernel has no huge pages to give, the advice is refused or does
 /// nothing and the buffer works as plain pages. The mapping is fresh, so its pages are
 /// zero until written; no bytes are touched before the first read fills them.
+#[derive(Debug)]
 pub struct MappedBuf {
     /// Start of the mapping (null when empty) and its size.
     map: *mut u8,
@@ -212,15 +213,6 @@ impl DerefMut for MappedBuf {
         }
         // SAFETY: as in `deref`, and `&mut self` makes this the only view.
         unsafe { std::slice::from_raw_parts_mut(self.map.add(self.start), self.len) }
-    }
-}
-
-impl std::fmt::Debug for MappedBuf {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MappedBuf")
-            .field("cap", &self.cap)
-            .field("len", &self.len)
-            .finish()
     }
 }
 
