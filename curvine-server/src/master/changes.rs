@@ -5,11 +5,14 @@
 //! time a stale entry could be tolerated.
 //!
 //! The log is not persisted: each master start begins a new epoch, and a follower from
-//! another epoch, or one that fell behind what the log holds, is told to reset.
+//! another epoch, or one that fell behind what the log holds, is told to reset. Nor is
+//! it kept while no one follows it: a master without mounts holds no changes (they were
+//! 4 MiB or more of its memory at 100,000 files), and a follower that comes back later
+//! resets, as one that fell behind does.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use curvine_common::proto::{Change, ChangedEntry, WatchRequest, WatchResponse};
 use tokio::sync::watch;
@@ -27,6 +30,9 @@ pub(super) const KEPT_BYTES: usize = 4 << 20;
 const MAX_REPLY_CHANGES: usize = 4_096;
 /// The longest a watch call waits for a change.
 const MAX_WAIT: Duration = Duration::from_secs(60);
+/// The log keeps changes while a watch call waits, and for this long after one ended: a
+/// mount asks again 5 ms after each reply, so this only covers a slow or broken link.
+pub(super) const FOLLOW_GRACE: Duration = Duration::from_secs(120);
 
 struct Kept {
     origin: u64,
@@ -42,6 +48,34 @@ struct Log {
     kept: VecDeque<Kept>,
     /// Sum of the kept entries' `bytes`.
     bytes: usize,
+    /// Watch calls waiting now.
+    watching: usize,
+    /// When the last watch call ended.
+    watched: Option<Instant>,
+}
+
+impl Log {
+    fn followed(&self, grace: Duration) -> bool {
+        self.watching > 0 || self.watched.is_some_and(|t| t.elapsed() < grace)
+    }
+}
+
+/// A watch call in progress; ends it (also when the call is dropped) on drop.
+struct Watching<'a>(&'a ChangeLog);
+
+impl<'a> Watching<'a> {
+    fn start(log: &'a ChangeLog) -> Watching<'a> {
+        log.lock().watching += 1;
+        Watching(log)
+    }
+}
+
+impl Drop for Watching<'_> {
+    fn drop(&mut self) {
+        let mut log = self.0.lock();
+        log.watching -= 1;
+        log.watched = Some(Instant::now());
+    }
 }
 
 pub(super) struct ChangeLog {
@@ -51,11 +85,13 @@ pub(super) struct ChangeLog {
     newest: watch::Sender<u64>,
     cap: usize,
     byte_cap: usize,
+    grace: Duration,
 }
 
 impl ChangeLog {
-    /// A log keeping the last `cap` changes, fewer when they take more than `byte_cap`.
-    pub(super) fn new(cap: usize, byte_cap: usize) -> ChangeLog {
+    /// A log keeping the last `cap` changes, fewer when they take more than `byte_cap`,
+    /// while followed (a watch call waiting, or one ended less than `grace` ago).
+    pub(super) fn new(cap: usize, byte_cap: usize, grace: Duration) -> ChangeLog {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
@@ -66,10 +102,13 @@ impl ChangeLog {
                 last: 0,
                 kept: VecDeque::new(),
                 bytes: 0,
+                watching: 0,
+                watched: None,
             }),
             newest: watch::Sender::new(0),
             cap: cap.max(1),
             byte_cap,
+            grace,
         }
     }
 
@@ -106,21 +145,29 @@ impl ChangeLog {
             let mut log = self.lock();
             log.last += 1;
             let seq = log.last;
-            log.kept.push_back(Kept {
-                origin,
-                change: Change {
-                    seq,
-                    inodes,
-                    entries,
-                },
-                bytes,
-            });
-            log.bytes += bytes;
-            // the newest change always stays
-            while log.kept.len() > self.cap || (log.bytes > self.byte_cap && log.kept.len() > 1) {
-                if let Some(old) = log.kept.pop_front() {
-                    log.bytes -= old.bytes;
+            if log.followed(self.grace) {
+                log.kept.push_back(Kept {
+                    origin,
+                    change: Change {
+                        seq,
+                        inodes,
+                        entries,
+                    },
+                    bytes,
+                });
+                log.bytes += bytes;
+                // the newest change always stays
+                while log.kept.len() > self.cap || (log.bytes > self.byte_cap && log.kept.len() > 1)
+                {
+                    if let Some(old) = log.kept.pop_front() {
+                        log.bytes -= old.bytes;
+                    }
                 }
+            } else {
+                // Nobody to tell: count the change (a follower arriving later resets)
+                // and keep nothing; the changes kept before cannot be followed on from.
+                log.kept = VecDeque::new(); // its capacity too
+                log.bytes = 0;
             }
             seq
         };
@@ -158,6 +205,7 @@ impl ChangeLog {
             reset: true,
             changes: Vec::new(),
         };
+        let _watching = Watching::start(self);
         if req.epoch != self.epoch {
             return reset();
         }
@@ -222,9 +270,16 @@ mod tests {
         }
     }
 
+    /// A log as a mount finds it: its first call (a reset) makes it followed.
+    async fn followed(cap: usize, byte_cap: usize) -> ChangeLog {
+        let log = ChangeLog::new(cap, byte_cap, FOLLOW_GRACE);
+        assert!(log.watch(&WatchRequest::default()).await.reset);
+        log
+    }
+
     #[tokio::test]
     async fn a_first_call_resets_and_learns_the_epoch() {
-        let log = ChangeLog::new(8, KEPT_BYTES);
+        let log = ChangeLog::new(8, KEPT_BYTES, FOLLOW_GRACE);
         log.record(1, &entry(10, 1, "a"));
         let r = log.watch(&WatchRequest::default()).await;
         assert!(r.reset);
@@ -237,7 +292,7 @@ mod tests {
 
     #[tokio::test]
     async fn changes_name_their_inodes_once_and_their_entries() {
-        let log = ChangeLog::new(8, KEPT_BYTES);
+        let log = followed(8, KEPT_BYTES).await;
         log.record(7, &entry(10, 1, "a"));
         log.record(0, &JournalEntry::default()); // nothing touched: not a change
         let r = log.watch(&req(&log, 0, 0, 0)).await;
@@ -251,7 +306,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_callers_own_changes_are_left_out_but_passed() {
-        let log = ChangeLog::new(8, KEPT_BYTES);
+        let log = followed(8, KEPT_BYTES).await;
         log.record(7, &entry(10, 1, "mine"));
         log.record(8, &entry(11, 1, "theirs"));
         log.record(7, &entry(12, 1, "mine too"));
@@ -267,7 +322,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_follower_behind_the_kept_changes_resets() {
-        let log = ChangeLog::new(2, KEPT_BYTES);
+        let log = followed(2, KEPT_BYTES).await;
         for i in 0..3 {
             log.record(1, &entry(10 + i, 1, "x"));
         }
@@ -284,7 +339,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_log_keeps_no_more_changes_than_its_memory_allows() {
-        let log = ChangeLog::new(1000, 8 << 10);
+        let log = followed(1000, 8 << 10).await;
         let name = "n".repeat(200);
         for i in 0..100 {
             log.record(1, &entry(10 + i, 1, &name));
@@ -305,7 +360,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiting_follower_wakes_for_a_change_of_another_client() {
-        let log = std::sync::Arc::new(ChangeLog::new(8, KEPT_BYTES));
+        let log = std::sync::Arc::new(followed(8, KEPT_BYTES).await);
         let l = log.clone();
         let waiter = tokio::spawn(async move { l.watch(&req(&l, 0, 7, 60_000)).await });
         // the follower's own change does not end the wait; another client's does
@@ -323,10 +378,58 @@ mod tests {
 
     #[tokio::test]
     async fn a_wait_without_changes_ends_empty_at_its_deadline() {
-        let log = ChangeLog::new(8, KEPT_BYTES);
+        let log = followed(8, KEPT_BYTES).await;
         let r = log.watch(&req(&log, 0, 0, 20)).await;
         assert!(!r.reset);
         assert!(r.changes.is_empty());
         assert_eq!(r.last_seq, 0);
+    }
+
+    #[tokio::test]
+    async fn an_unfollowed_log_keeps_nothing_and_a_late_follower_resets() {
+        let log = ChangeLog::new(8, KEPT_BYTES, FOLLOW_GRACE);
+        for i in 0..3 {
+            log.record(1, &entry(10 + i, 1, "x"));
+        }
+        {
+            let l = log.lock();
+            assert_eq!((l.kept.len(), l.bytes), (0, 0));
+        }
+        let r = log.watch(&WatchRequest::default()).await;
+        assert!(r.reset);
+        assert_eq!(r.last_seq, 3);
+        log.record(1, &entry(20, 1, "y"));
+        let r = log.watch(&req(&log, 3, 0, 0)).await;
+        assert!(!r.reset);
+        assert_eq!(r.changes.len(), 1);
+        assert_eq!(r.changes[0].inodes, vec![20]);
+    }
+
+    #[tokio::test]
+    async fn the_log_keeps_changes_while_a_watch_waits_and_not_after_its_followers_left() {
+        // no grace: followed exactly while a watch call is in progress
+        let log = std::sync::Arc::new(ChangeLog::new(8, KEPT_BYTES, Duration::ZERO));
+        let l = log.clone();
+        let waiter = tokio::spawn(async move { l.watch(&req(&l, 0, 0, 60_000)).await });
+        while log.lock().watching == 0 {
+            tokio::task::yield_now().await;
+        }
+        log.record(8, &entry(11, 1, "seen"));
+        let r = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the watch returns with the change")
+            .expect("no panic");
+        assert_eq!(r.changes.len(), 1);
+        assert_eq!(log.lock().watching, 0);
+        // the follower is gone: the next change is counted, nothing is kept, and the
+        // follower coming back after it resets
+        log.record(8, &entry(12, 1, "unseen"));
+        {
+            let l = log.lock();
+            assert_eq!((l.kept.len(), l.bytes), (0, 0));
+        }
+        let r = log.watch(&req(&log, 1, 0, 0)).await;
+        assert!(r.reset);
+        assert_eq!(r.last_seq, 2);
     }
 }

@@ -12,7 +12,7 @@ use curvine_common::{FsError, FsResult, InodeId};
 use prost::Message;
 use tracing::info;
 
-use super::changes::{ChangeLog, KEPT_BYTES, KEPT_CHANGES};
+use super::changes::{ChangeLog, FOLLOW_GRACE, KEPT_BYTES, KEPT_CHANGES};
 use super::lease::Leases;
 use super::records::{
     op::Kind, BlockRec, Counters, EdgeRec, InodeRec, JournalEntry, MetaRec, WorkerBlockRec,
@@ -387,7 +387,7 @@ impl Namespace {
             workers: Workers::new(lost_timeout),
             cluster_id,
             repl: Default::default(),
-            changes: ChangeLog::new(KEPT_CHANGES, KEPT_BYTES),
+            changes: ChangeLog::new(KEPT_CHANGES, KEPT_BYTES, FOLLOW_GRACE),
         };
         ns.workers.load(&ns.store)?;
         // Writers of files open before the restart get a fresh lease to continue.
