@@ -17,7 +17,7 @@ use crate::master::{CallKind, MasterClient};
 use crate::options::{CreateOptions, SetAttr};
 use crate::pool::WorkerPool;
 use crate::reader::FsReader;
-use crate::writer::FsWriter;
+use crate::writer::{FsWriter, SpareCopies};
 
 /// One master call: `rpc!(self, "name", Idempotent|Mutation, request)` is the future of
 /// `MasterClient::call` (`name` labels errors and logs; the request's type picks the
@@ -36,6 +36,8 @@ pub(crate) struct Inner {
     user: String,
     /// Open writers' file ids (with a count of writers each) for lease renewal.
     leases: Mutex<HashMap<u64, usize>>,
+    /// Memory of closed writers' block copies, for the next writers.
+    pub(crate) copies: SpareCopies,
     /// Dropped with `Inner`, which stops the lease renewer.
     _shutdown: watch::Sender<()>,
 }
@@ -103,6 +105,7 @@ impl CurvineFs {
             client_id: new_client_id(),
             user: std::env::var("USER").unwrap_or_default(),
             leases: Mutex::new(HashMap::new()),
+            copies: SpareCopies::default(),
             _shutdown: tx,
             conf,
         });
@@ -671,6 +674,7 @@ async fn renew_leases(inner: Weak<Inner>, mut shutdown: watch::Receiver<()>, per
             _ = tokio::time::sleep(period) => {}
         }
         let Some(fs) = inner.upgrade() else { return };
+        fs.copies.trim(period);
         let file_ids: Vec<u64> = {
             let l = fs.leases.lock().unwrap_or_else(|p| p.into_inner());
             l.keys().copied().collect()

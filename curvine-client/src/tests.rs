@@ -383,6 +383,32 @@ mod end_to_end {
         assert_eq!(w.state.lock().unwrap().blocks.len(), 3);
         let back = within(fs.read_file("/e2e/f")).await.unwrap();
         assert_eq!(back, content);
+        // The in-memory copy of remote blocks outlives its writer for the next one.
+        drop(wr);
+        let kept = fs.inner.copies.kept();
+        if short_circuit {
+            assert!(
+                kept.is_empty(),
+                "short-circuit blocks keep no copy: {kept:?}"
+            );
+            return;
+        }
+        assert_eq!(kept.len(), 1);
+        assert!(kept[0] >= 10 * CS, "room for a whole block: {kept:?}");
+        let other: Vec<u8> = content.iter().rev().map(|b| b ^ 0x5a).collect();
+        let mut wr = within(fs.create("/e2e/g", false)).await.unwrap();
+        within(wr.write(&other[..20 * CS])).await.unwrap();
+        assert!(
+            fs.inner.copies.kept().is_empty(),
+            "the second writer took it: {:?}",
+            fs.inner.copies.kept()
+        );
+        within(wr.write(&other[20 * CS..])).await.unwrap();
+        within(wr.close()).await.unwrap();
+        drop(wr);
+        assert_eq!(fs.inner.copies.kept().len(), 1);
+        assert_eq!(within(fs.read_file("/e2e/g")).await.unwrap(), other);
+        assert_eq!(within(fs.read_file("/e2e/f")).await.unwrap(), content);
     }
 
     #[tokio::test]

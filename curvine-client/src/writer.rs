@@ -10,6 +10,9 @@
 //! has no other worker, the write fails with the error; a file never completes with
 //! fewer replicas than it asked for (the master checks every block's replica count).
 
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use curvine_common::aligned::AlignedBuf;
 use curvine_common::proto::{CommittedBlock, FileStatus, LocatedBlock};
 use curvine_common::{FsError, FsResult};
@@ -28,6 +31,66 @@ const NO_SPACE_BACKOFF: [u64; 4] = [100, 200, 400, 800];
 /// workers' next heartbeat): up to 50 × 200 ms.
 const NO_WORKER_WAITS: u32 = 50;
 const NO_WORKER_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Idle block copies a client keeps for its next writers, in bytes of capacity.
+const SPARE_COPY_BYTES: usize = 256 << 20;
+
+/// The memory of writers' block copies (`FsWriter::block_data`), passed from a closed
+/// writer to the next one. A copy grows to the block size (128 MiB) for every block
+/// sent over the network; made afresh per file, its pages were faulted in and zeroed by
+/// the kernel each time, and the growing vector copied itself on the way: 55 % of the
+/// client's time in a data-plane `fs.write` (bench/README.md, session 17). Up to
+/// `SPARE_COPY_BYTES` of copies are kept; the client's lease task drops those unused for
+/// one of its periods (20 s by default).
+#[derive(Default)]
+pub(crate) struct SpareCopies {
+    spare: Mutex<Vec<(Vec<u8>, Instant)>>,
+}
+
+impl SpareCopies {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Vec<u8>, Instant)>> {
+        self.spare.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An empty vector, with the capacity of a spare copy when there is one.
+    fn take(&self) -> Vec<u8> {
+        self.lock().pop().map(|(v, _)| v).unwrap_or_default()
+    }
+
+    /// Keep `copy`'s memory for another writer, within `SPARE_COPY_BYTES` (the most
+    /// recently given are kept).
+    fn give(&self, mut copy: Vec<u8>) {
+        if copy.capacity() == 0 || copy.capacity() > SPARE_COPY_BYTES {
+            return;
+        }
+        copy.clear();
+        let mut spare = self.lock();
+        spare.push((copy, Instant::now()));
+        let mut total: usize = spare.iter().map(|(v, _)| v.capacity()).sum();
+        while total > SPARE_COPY_BYTES {
+            let (oldest, _) = spare.remove(0);
+            total -= oldest.capacity();
+        }
+    }
+
+    /// Drop the copies given more than `idle` ago.
+    pub(crate) fn trim(&self, idle: Duration) {
+        let old: Vec<_> = {
+            let mut spare = self.lock();
+            let old = spare
+                .iter()
+                .position(|(_, t)| t.elapsed() < idle)
+                .unwrap_or(spare.len());
+            spare.drain(..old).collect()
+        };
+        drop(old); // freed outside the lock
+    }
+
+    #[cfg(test)]
+    pub(crate) fn kept(&self) -> Vec<usize> {
+        self.lock().iter().map(|(v, _)| v.capacity()).collect()
+    }
+}
 
 /// Bytes written but not yet sent, in a page-aligned buffer: block files are written
 /// from it, and the kernel copies from an aligned start faster (`curvine_common::aligned`).
@@ -473,6 +536,11 @@ impl FsWriter {
         // rewrite filled the copy, everything after it, so the copy stays whole).
         let remote = self.block.as_ref().is_some_and(|b| b.has_remote());
         if !self.block_data.is_empty() || remote {
+            if self.block_data.capacity() == 0 {
+                // room for the whole block at once: a growing vector copies itself
+                self.block_data = self.fs.inner.copies.take();
+                self.block_data.reserve(self.block_size as usize);
+            }
             self.block_data.extend_from_slice(data);
         }
         let res = match self.block.as_mut() {
@@ -566,6 +634,10 @@ impl FsWriter {
 
 impl Drop for FsWriter {
     fn drop(&mut self) {
+        self.fs
+            .inner
+            .copies
+            .give(std::mem::take(&mut self.block_data));
         if !self.closed && self.failed.is_none() {
             debug!(path = %self.path, "writer dropped without close; abandoning the file");
             // Abandon now when a runtime is at hand; otherwise the lease expires it.
@@ -583,7 +655,35 @@ impl Drop for FsWriter {
 
 #[cfg(test)]
 mod tests {
-    use super::Pending;
+    use super::{Pending, SpareCopies, SPARE_COPY_BYTES};
+    use std::time::Duration;
+
+    #[test]
+    fn spare_copies_pass_their_memory_on_within_a_cap_and_go_when_idle() {
+        let s = SpareCopies::default();
+        assert_eq!(s.take().capacity(), 0);
+        s.give(Vec::new()); // no memory: nothing to keep
+        assert!(s.kept().is_empty());
+        let mut v = Vec::with_capacity(1 << 20);
+        v.extend_from_slice(&[7u8; 100]);
+        s.give(v);
+        let v = s.take();
+        assert!(v.is_empty(), "a copy is handed on empty");
+        assert!(v.capacity() >= 1 << 20);
+        assert!(s.kept().is_empty());
+        // past the cap the oldest go; a copy larger than the cap is not kept at all
+        // (capacity only: the pages of these are never touched)
+        for _ in 0..3 {
+            s.give(Vec::with_capacity(SPARE_COPY_BYTES / 2));
+        }
+        assert_eq!(s.kept().len(), 2);
+        s.give(Vec::with_capacity(SPARE_COPY_BYTES + 1));
+        assert_eq!(s.kept().len(), 2);
+        s.trim(Duration::from_secs(3600));
+        assert_eq!(s.kept().len(), 2);
+        s.trim(Duration::ZERO);
+        assert!(s.kept().is_empty());
+    }
 
     #[test]
     fn pending_bytes_keep_their_order_and_an_aligned_start() {
