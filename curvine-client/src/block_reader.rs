@@ -241,9 +241,9 @@ struct DirectWindow {
     ahead_most: usize,
 }
 
-/// Windows a sequential O_DIRECT reader reads ahead. With one, two readers kept the
-/// disk at about two requests in flight and read 2.1-2.3 GiB/s whatever the disk did;
-/// fio at the same depth ran at 1.6-3.1 GiB/s (bench/README.md, session 17).
+/// Windows a sequential O_DIRECT reader reads ahead. With one, two readers kept 2.1
+/// requests in flight on this project's disk and read 2.14-2.25 GiB/s; with two, 3.9
+/// and 2.45-2.49 GiB/s (bench/README.md, session 17). Each costs a 1 MiB window.
 const READ_AHEAD: usize = 2;
 
 /// A window read on the blocking pool: `len` bytes asked for at block offset `off`.
