@@ -241,10 +241,12 @@ struct DirectWindow {
     ahead_most: usize,
 }
 
-/// Windows a sequential O_DIRECT reader reads ahead. With one, two readers kept 2.1
-/// requests in flight on this project's disk and read 2.14-2.25 GiB/s; with two, 3.9
-/// and 2.45-2.49 GiB/s (bench/README.md, session 17). Each costs a 1 MiB window.
-const READ_AHEAD: usize = 2;
+/// Windows a sequential O_DIRECT reader reads ahead. Two readers on this project's
+/// disk (bench/README.md, session 17): with one window, 2.1 requests in flight and
+/// 2.14-2.25 GiB/s; two, 3.9 and 2.45-2.49; four, 7.1 and 2.65-2.70. Each window is a
+/// 2 MiB huge page (1 MiB used) while the reader reads on, and 1 MiB read in vain when
+/// it stops.
+const READ_AHEAD: usize = 4;
 
 /// A window read on the blocking pool: `len` bytes asked for at block offset `off`.
 struct ReadAhead {
@@ -998,7 +1000,7 @@ mod local_tests {
     #[tokio::test]
     async fn sequential_o_direct_reads_read_the_next_window_ahead() {
         let dir = tempfile::tempdir_in(std::env::var("CARGO_MANIFEST_DIR").unwrap()).unwrap();
-        let data = content(DIRECT_MAX * 4 + 3 * CS + 123);
+        let data = content(DIRECT_MAX * (READ_AHEAD + 3) + 3 * CS + 123);
         let open = |data: &[u8]| {
             let (f, mut b) = local_in(dir.path(), data);
             let (file, w) = DirectWindow::open(f.path().to_str().unwrap()).unwrap();
@@ -1012,9 +1014,9 @@ mod local_tests {
             assert_eq!(b.read_at(off, piece).unwrap(), piece.len());
         }
         assert!(back == data, "sequential reads through read-ahead differ");
-        // windows of 64, 128, 256, 512 KiB and 1 MiB read in place; the next three
-        // (1 MiB, 1 MiB and the rest) read ahead, two at a time
-        assert_eq!(b.direct.as_ref().unwrap().ahead_used, 3);
+        // windows of 64, 128, 256, 512 KiB and 1 MiB read in place; the next ones
+        // (READ_AHEAD + 1 of 1 MiB, then the rest) read ahead, READ_AHEAD at a time
+        assert_eq!(b.direct.as_ref().unwrap().ahead_used, READ_AHEAD + 2);
         assert_eq!(b.direct.as_ref().unwrap().ahead_most, READ_AHEAD);
         // a jump leaves the pending window unused, and reads there are still right
         let mut out = vec![0u8; 3 * CS];
