@@ -116,7 +116,7 @@ impl Default for MasterConf {
             replication_max_inflight: 64,
             replication_per_worker: 4,
             replication_timeout: Dur(Duration::from_secs(120)),
-            meta_write_buffer: ByteSize(4 << 20),
+            meta_write_buffer: ByteSize(16 << 20),
             meta_cache: ByteSize(4 << 20),
             dir_cache_entries: 65536,
             threads: 1,
