@@ -270,6 +270,12 @@ mod tests {
         }
     }
 
+    /// Changes kept and their bytes.
+    fn held(log: &ChangeLog) -> (usize, usize) {
+        let l = log.lock();
+        (l.kept.len(), l.bytes)
+    }
+
     /// A log as a mount finds it: its first call (a reset) makes it followed.
     async fn followed(cap: usize, byte_cap: usize) -> ChangeLog {
         let log = ChangeLog::new(cap, byte_cap, FOLLOW_GRACE);
@@ -391,10 +397,7 @@ mod tests {
         for i in 0..3 {
             log.record(1, &entry(10 + i, 1, "x"));
         }
-        {
-            let l = log.lock();
-            assert_eq!((l.kept.len(), l.bytes), (0, 0));
-        }
+        assert_eq!(held(&log), (0, 0));
         let r = log.watch(&WatchRequest::default()).await;
         assert!(r.reset);
         assert_eq!(r.last_seq, 3);
@@ -424,10 +427,7 @@ mod tests {
         // the follower is gone: the next change is counted, nothing is kept, and the
         // follower coming back after it resets
         log.record(8, &entry(12, 1, "unseen"));
-        {
-            let l = log.lock();
-            assert_eq!((l.kept.len(), l.bytes), (0, 0));
-        }
+        assert_eq!(held(&log), (0, 0));
         let r = log.watch(&req(&log, 1, 0, 0)).await;
         assert!(r.reset);
         assert_eq!(r.last_seq, 2);
