@@ -64,13 +64,18 @@ impl SpareCopies {
             return;
         }
         copy.clear();
-        let mut spare = self.lock();
-        spare.push((copy, Instant::now()));
-        let mut total: usize = spare.iter().map(|(v, _)| v.capacity()).sum();
-        while total > SPARE_COPY_BYTES {
-            let (oldest, _) = spare.remove(0);
-            total -= oldest.capacity();
+        let mut gone = Vec::new();
+        {
+            let mut spare = self.lock();
+            spare.push((copy, Instant::now()));
+            let mut total: usize = spare.iter().map(|(v, _)| v.capacity()).sum();
+            while total > SPARE_COPY_BYTES {
+                let (oldest, _) = spare.remove(0);
+                total -= oldest.capacity();
+                gone.push(oldest);
+            }
         }
+        drop(gone); // freed outside the lock
     }
 
     /// Drop the copies given more than `idle` ago.
