@@ -276,6 +276,23 @@ mod tests {
         (l.kept.len(), l.bytes)
     }
 
+    /// A watch for changes after 0 not made by `exclude`, waiting up to a minute.
+    fn waiting(
+        log: &std::sync::Arc<ChangeLog>,
+        exclude: u64,
+    ) -> tokio::task::JoinHandle<WatchResponse> {
+        let l = log.clone();
+        tokio::spawn(async move { l.watch(&req(&l, 0, exclude, 60_000)).await })
+    }
+
+    /// The reply of a `waiting` watch, which must come within 10 s.
+    async fn answer(waiter: tokio::task::JoinHandle<WatchResponse>) -> WatchResponse {
+        tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the watch returns once a change of another client came")
+            .expect("no panic")
+    }
+
     /// A log as a mount finds it: its first call (a reset) makes it followed.
     async fn followed(cap: usize, byte_cap: usize) -> ChangeLog {
         let log = ChangeLog::new(cap, byte_cap, FOLLOW_GRACE);
@@ -367,16 +384,12 @@ mod tests {
     #[tokio::test]
     async fn a_waiting_follower_wakes_for_a_change_of_another_client() {
         let log = std::sync::Arc::new(followed(8, KEPT_BYTES).await);
-        let l = log.clone();
-        let waiter = tokio::spawn(async move { l.watch(&req(&l, 0, 7, 60_000)).await });
+        let waiter = waiting(&log, 7);
         // the follower's own change does not end the wait; another client's does
         log.record(7, &entry(10, 1, "mine"));
         tokio::task::yield_now().await;
         log.record(8, &entry(11, 1, "theirs"));
-        let r = tokio::time::timeout(Duration::from_secs(10), waiter)
-            .await
-            .expect("the watch returns once another client changed something")
-            .expect("no panic");
+        let r = answer(waiter).await;
         assert_eq!(r.last_seq, 2);
         assert_eq!(r.changes.len(), 1);
         assert_eq!(r.changes[0].inodes, vec![11]);
@@ -412,16 +425,12 @@ mod tests {
     async fn the_log_keeps_changes_while_a_watch_waits_and_not_after_its_followers_left() {
         // no grace: followed exactly while a watch call is in progress
         let log = std::sync::Arc::new(ChangeLog::new(8, KEPT_BYTES, Duration::ZERO));
-        let l = log.clone();
-        let waiter = tokio::spawn(async move { l.watch(&req(&l, 0, 0, 60_000)).await });
+        let waiter = waiting(&log, 0);
         while log.lock().watching == 0 {
             tokio::task::yield_now().await;
         }
         log.record(8, &entry(11, 1, "seen"));
-        let r = tokio::time::timeout(Duration::from_secs(10), waiter)
-            .await
-            .expect("the watch returns with the change")
-            .expect("no panic");
+        let r = answer(waiter).await;
         assert_eq!(r.changes.len(), 1);
         assert_eq!(log.lock().watching, 0);
         // the follower is gone: the next change is counted, nothing is kept, and the
