@@ -730,13 +730,24 @@ fn setgid_directories_pass_their_group_down() {
 }
 
 /// Namespace cost without RPC: `... --lib master::tests::ns_throughput -- --ignored --nocapture`.
+/// `NS_FILES`, `NS_WRITE_BUFFER_KB` and `NS_CACHE_KB` change the file count (20,000)
+/// and the RocksDB memory (the master's defaults).
 #[test]
 #[ignore]
 fn ns_throughput() {
     let d = tempfile::tempdir_in("/var/tmp").unwrap();
-    let ns = open(d.path());
+    let env = |k: &str, default: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let mut conf = mconf(d.path());
+    conf.meta_write_buffer.0 = env("NS_WRITE_BUFFER_KB", conf.meta_write_buffer.0 >> 10) << 10;
+    conf.meta_cache.0 = env("NS_CACHE_KB", conf.meta_cache.0 >> 10) << 10;
+    let ns = Namespace::load(conf, false, Duration::from_secs(30)).unwrap();
     ns.mkdir("/b", false, 0, &root()).unwrap();
-    let n = 20_000;
+    let n = env("NS_FILES", 20_000);
     let t0 = Instant::now();
     for i in 0..n {
         touch(&ns, &format!("/b/f{i}"), &root());
