@@ -108,11 +108,14 @@ impl Store {
         table.set_partition_filters(true);
         table.set_metadata_block_size(4096);
         table.set_pin_top_level_index_and_filter(true);
+        // Each column family may take half of `write_buffer`: inodes and edges take
+        // nearly all the writes of a namespace, and `set_db_write_buffer_size` above
+        // flushes the largest memtable once all of them together are near the cap.
         let cfs = [CF_INODES, CF_EDGES, CF_BLOCKS, CF_WORKER_BLOCKS, CF_META]
             .into_iter()
             .map(|n| {
                 let mut o = Options::default();
-                o.set_write_buffer_size(write_buffer / 4);
+                o.set_write_buffer_size(write_buffer / 2);
                 o.set_max_write_buffer_number(2);
                 o.set_block_based_table_factory(&table);
                 ColumnFamilyDescriptor::new(n, o)
