@@ -110,7 +110,7 @@ impl Store {
         table.set_pin_top_level_index_and_filter(true);
         // Each column family may take half of `write_buffer`: inodes and edges take
         // nearly all the writes of a namespace, and `set_db_write_buffer_size` above
-        // flushes the largest memtable once all of them together are near the cap.
+        // has RocksDB flush early once all of them together come near the cap.
         let cfs = [CF_INODES, CF_EDGES, CF_BLOCKS, CF_WORKER_BLOCKS, CF_META]
             .into_iter()
             .map(|n| {
