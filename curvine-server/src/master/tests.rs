@@ -736,11 +736,11 @@ fn setgid_directories_pass_their_group_down() {
 #[ignore]
 fn ns_throughput() {
     let d = tempfile::tempdir_in("/var/tmp").unwrap();
-    let env = |k: &str, default: u64| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
+    let env = |k: &str, default: u64| match std::env::var(k) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|e| panic!("{k}={v:?} is not a count: {e}")),
+        Err(_) => default,
     };
     let mut conf = mconf(d.path());
     conf.meta_write_buffer.0 = env("NS_WRITE_BUFFER_KB", conf.meta_write_buffer.0 >> 10) << 10;
