@@ -2,6 +2,7 @@
 //! Operations live in `tree.rs` (directories, names), `files.rs` (file lifecycle) and
 //! `attrs.rs` (attributes, xattrs); worker-facing calls in `workers.rs`.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
@@ -340,7 +341,7 @@ pub(super) fn status(i: &InodeRec, path: String, name: String) -> FileStatus {
     }
 }
 
-fn join_stack(stack: &[(String, InodeRec)], name: &str) -> String {
+fn join_stack(stack: &[(Cow<'_, str>, InodeRec)], name: &str) -> String {
     let mut s = String::new();
     for (n, _) in stack.iter().skip(1) {
         s.push('/');
@@ -497,8 +498,10 @@ impl Namespace {
         let root = r
             .inode(InodeId::ROOT.0)?
             .ok_or_else(|| FsError::internal("root inode missing"))?;
-        let mut stack: Vec<(String, InodeRec)> = vec![(String::new(), root)];
-        let mut queue: VecDeque<String> = comps.into_iter().map(str::to_string).collect();
+        // names borrow from `path`; only the parts of a symlink target are copied
+        let mut stack: Vec<(Cow<'_, str>, InodeRec)> = Vec::with_capacity(comps.len() + 1);
+        stack.push((Cow::Borrowed(""), root));
+        let mut queue: VecDeque<Cow<'_, str>> = comps.into_iter().map(Cow::Borrowed).collect();
         let mut hops = 0;
         while let Some(name) = queue.pop_front() {
             let last = queue.is_empty();
@@ -512,7 +515,11 @@ impl Namespace {
                 continue;
             }
             let dir = &stack[stack.len() - 1].1;
-            check(c, dir, 1, &join_stack(&stack, ""))?;
+            if !allowed(c, dir, 1) {
+                return Err(FsError::PermissionDenied {
+                    path: join_stack(&stack, ""),
+                });
+            }
             let child = match r.child(dir.id, &name)? {
                 Some(id) => r.inode(id)?,
                 None => None,
@@ -523,7 +530,7 @@ impl Namespace {
                     return Ok(Walk {
                         path: join_stack(&stack, &name),
                         parent: Some(dir.clone()),
-                        name,
+                        name: name.into_owned(),
                         inode: None,
                         chain,
                     });
@@ -543,7 +550,7 @@ impl Namespace {
                     stack.truncate(1);
                 }
                 for part in target.split('/').rev().filter(|p| !p.is_empty()) {
-                    queue.push_front(part.to_string());
+                    queue.push_front(Cow::Owned(part.to_string()));
                 }
                 continue;
             }
@@ -552,7 +559,7 @@ impl Namespace {
                 return Ok(Walk {
                     path: join_stack(&stack, &name),
                     parent: Some(dir.clone()),
-                    name,
+                    name: name.into_owned(),
                     inode: Some(child),
                     chain,
                 });
@@ -571,7 +578,7 @@ impl Namespace {
         let chain = stack.iter().map(|(_, i)| i.id).collect();
         Ok(Walk {
             parent,
-            name,
+            name: name.into_owned(),
             inode: Some(ino),
             path,
             chain,

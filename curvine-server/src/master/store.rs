@@ -72,6 +72,9 @@ pub struct Store {
     db: DB,
     /// Directory inodes and the edges naming them, in front of `db`.
     dirs: DirCache,
+    /// The options of every point get, made once: RocksDB's C API allocates a fresh
+    /// set per call otherwise.
+    read: rocksdb::ReadOptions,
 }
 
 impl Store {
@@ -125,6 +128,7 @@ impl Store {
         Ok(Store {
             db,
             dirs: DirCache::new(dir_cache),
+            read: rocksdb::ReadOptions::default(),
         })
     }
 
@@ -136,7 +140,7 @@ impl Store {
 
     fn get_raw(&self, cf: &str, key: &[u8]) -> FsResult<Option<rocksdb::DBPinnableSlice<'_>>> {
         self.db
-            .get_pinned_cf(self.cf(cf)?, key)
+            .get_pinned_cf_opt(self.cf(cf)?, key, &self.read)
             .map_err(|e| db_err("read", e))
     }
 

@@ -82,8 +82,10 @@ impl Namespace {
 
     pub fn get_status(&self, path: &str, follow: bool, c: &CallerInfo) -> FsResult<FileStatus> {
         let w = self.walk(&*self.store, path, c, follow)?;
-        let ino = w.existing()?;
-        Ok(status(ino, w.path.clone(), w.name.clone()))
+        let Some(ino) = &w.inode else {
+            return Err(FsError::not_found(w.path));
+        };
+        Ok(status(ino, w.path, w.name))
     }
 
     pub fn list(
