@@ -1,9 +1,10 @@
 //! The serving end of the framed control-plane transport (`rpc`): one connection's
 //! requests run through any `MasterService` implementation (the master's, or a test's).
 
-use std::future::Future;
+use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -102,6 +103,19 @@ async fn serve_halves<S, A, F, R, W>(
     }
     // One task per connection: it reads requests, runs them as concurrent futures and
     // writes every reply ready at once in one write. No per-request task or channel.
+    let call = |id: u64, method: u16, body: Bytes| {
+        let (svc, info) = (svc.clone(), info.clone());
+        async move {
+            let reply = if authed {
+                dispatch(&*svc, method, body, info).await
+            } else {
+                Err(Status::from(crate::FsError::Unauthenticated {
+                    message: "wrong or missing cluster auth token".into(),
+                }))
+            };
+            (id, reply)
+        }
+    };
     let mut inflight = FuturesUnordered::new();
     let mut buf = BytesMut::with_capacity(64 << 10);
     let mut out = BytesMut::with_capacity(64 << 10);
@@ -147,17 +161,16 @@ async fn serve_halves<S, A, F, R, W>(
                             continue; // split_frame's minimum length rules this out
                         };
                         last_id = last_id.max(id);
-                        let (svc, info) = (svc.clone(), info.clone());
-                        inflight.push(async move {
-                            let reply = if authed {
-                                dispatch(&*svc, method, body, info).await
-                            } else {
-                                Err(Status::from(crate::FsError::Unauthenticated {
-                                    message: "wrong or missing cluster auth token".into(),
-                                }))
-                            };
-                            (id, reply)
-                        });
+                        // Most calls finish at their first poll (a namespace read or
+                        // a write that needs no sync): answer those here, and leave
+                        // only the waiting ones to `inflight`.
+                        let mut fut = Box::pin(call(id, method, body));
+                        match poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
+                            Poll::Ready((id, reply)) => {
+                                rpc::encode_reply(&mut out, id, Handled::as_deref(&reply));
+                            }
+                            Poll::Pending => inflight.push(fut),
+                        }
                     },
                     Err(e) => {
                         return debug!(%peer, error = %e, "framed connection read failed");
