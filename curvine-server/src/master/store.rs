@@ -375,6 +375,46 @@ impl Store {
     }
 
     /// Make every write so far durable (one fsync of the WAL).
+    /// RocksDB's memory by column family, for tests that look at the master's size.
+    #[cfg(test)]
+    pub fn memory_report(&self) -> String {
+        let props = [
+            ("memtables", "rocksdb.size-all-mem-tables"),
+            ("table readers", "rocksdb.estimate-table-readers-mem"),
+            ("live sst", "rocksdb.live-sst-files-size"),
+        ];
+        let mut out = String::new();
+        for cf in [CF_INODES, CF_EDGES, CF_BLOCKS, CF_WORKER_BLOCKS, CF_META] {
+            let Ok(h) = self.cf(cf) else { continue };
+            out.push_str(cf);
+            for (what, p) in props {
+                let v = self
+                    .db
+                    .property_int_value_cf(h, p)
+                    .ok()
+                    .flatten()
+                    .unwrap_or(0);
+                out.push_str(&format!(" {what} {:.2} MiB", v as f64 / 1048576.0));
+            }
+            out.push('\n');
+        }
+        for (what, p) in [
+            ("block cache", "rocksdb.block-cache-usage"),
+            ("of it pinned", "rocksdb.block-cache-pinned-usage"),
+        ] {
+            // the column families share one cache; the default one has none of its own
+            let Ok(h) = self.cf(CF_INODES) else { break };
+            let v = self
+                .db
+                .property_int_value_cf(h, p)
+                .ok()
+                .flatten()
+                .unwrap_or(0);
+            out.push_str(&format!("{what} {:.2} MiB ", v as f64 / 1048576.0));
+        }
+        out
+    }
+
     pub fn sync_wal(&self) -> FsResult<()> {
         self.db.flush_wal(true).map_err(|e| db_err("sync WAL", e))
     }

@@ -761,6 +761,14 @@ fn ns_throughput() {
         stat(&ns, &format!("/b/f{}", i % n)).unwrap();
     }
     println!("stat: {:.0}/s", (n * 5) as f64 / t0.elapsed().as_secs_f64());
+    println!("{}", ns.store.memory_report());
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    for l in status
+        .lines()
+        .filter(|l| l.starts_with("VmRSS") || l.starts_with("VmHWM"))
+    {
+        println!("{l}");
+    }
 }
 
 /// complete takes the writer's mtime (when its writes happened), never a future one.
