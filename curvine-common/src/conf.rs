@@ -83,7 +83,7 @@ pub struct MasterConf {
     pub meta_write_buffer: ByteSize,
     /// RocksDB block cache (index, filter and data blocks of the metadata).
     pub meta_cache: ByteSize,
-    /// Directories whose inode (and the edge naming them) the master keeps decoded in
+    /// Directories whose inode (and the edge naming them) the master keeps encoded in
     /// memory, so resolving a path reads only its last component from RocksDB.
     /// 0 = none.
     pub dir_cache_entries: usize,

@@ -80,7 +80,7 @@ pub struct Store {
 impl Store {
     /// Open (creating if needed) the store in `dir`, with at most `write_buffer` bytes
     /// of memtables (all column families), a `cache`-byte block cache and up to
-    /// `dir_cache` directories held decoded in memory.
+    /// `dir_cache` directories held in memory.
     pub fn open(dir: &Path, write_buffer: u64, cache: u64, dir_cache: usize) -> FsResult<Store> {
         std::fs::create_dir_all(dir)
             .map_err(|e| FsError::io_ctx(format!("create {}", dir.display()), e))?;

@@ -731,7 +731,8 @@ fn setgid_directories_pass_their_group_down() {
 
 /// Namespace cost without RPC: `... --lib master::tests::ns_throughput -- --ignored --nocapture`.
 /// `NS_FILES`, `NS_WRITE_BUFFER_KB` and `NS_CACHE_KB` change the file count (20,000)
-/// and the RocksDB memory (the master's defaults).
+/// and the RocksDB memory (the master's defaults); `NS_DIRS` spreads the files over that
+/// many directories (1) and `NS_DIR_CACHE` caps the directory cache (the default).
 #[test]
 #[ignore]
 fn ns_throughput() {
@@ -745,12 +746,26 @@ fn ns_throughput() {
     let mut conf = mconf(d.path());
     conf.meta_write_buffer.0 = env("NS_WRITE_BUFFER_KB", conf.meta_write_buffer.0 >> 10) << 10;
     conf.meta_cache.0 = env("NS_CACHE_KB", conf.meta_cache.0 >> 10) << 10;
+    conf.dir_cache_entries = env("NS_DIR_CACHE", conf.dir_cache_entries as u64) as usize;
     let ns = Namespace::load(conf, false, Duration::from_secs(30)).unwrap();
     ns.mkdir("/b", false, 0, &root()).unwrap();
     let n = env("NS_FILES", 20_000);
+    let dirs = env("NS_DIRS", 1).max(1);
+    let path = |i: u64| match dirs {
+        1 => format!("/b/f{i}"),
+        _ => format!("/b/d{}/f{i}", i % dirs),
+    };
+    if dirs > 1 {
+        let t0 = Instant::now();
+        for d in 0..dirs {
+            ns.mkdir(&format!("/b/d{d}"), false, 0o755, &root())
+                .unwrap();
+        }
+        println!("mkdir: {:.0}/s", dirs as f64 / t0.elapsed().as_secs_f64());
+    }
     let t0 = Instant::now();
     for i in 0..n {
-        touch(&ns, &format!("/b/f{i}"), &root());
+        touch(&ns, &path(i), &root());
     }
     println!(
         "create+complete: {:.0}/s",
@@ -758,7 +773,7 @@ fn ns_throughput() {
     );
     let t0 = Instant::now();
     for i in 0..n * 5 {
-        stat(&ns, &format!("/b/f{}", i % n)).unwrap();
+        stat(&ns, &path(i % n)).unwrap();
     }
     println!("stat: {:.0}/s", (n * 5) as f64 / t0.elapsed().as_secs_f64());
     println!("{}", ns.store.memory_report());
