@@ -59,6 +59,10 @@ struct Args {
     /// in flight runs; see bench/README.md.
     #[arg(long, default_value_t = 0)]
     runtime_threads: usize,
+    /// `meta`: spread the files over this many directories, made first and timed as a
+    /// mkdir phase (0: all files in one directory).
+    #[arg(long, default_value_t = 0)]
+    meta_dirs: usize,
 }
 
 const MANIFEST: &str = "_bench_manifest";
@@ -514,12 +518,17 @@ async fn meta(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
     for _ in 0..threads {
         clients.push(CurvineFs::connect(fs.conf().clone()).await?);
     }
-    for phase in ["create", "stat", "delete"] {
+    let dirs = args.meta_dirs;
+    let phases: &[&'static str] = match dirs {
+        0 => &["create", "stat", "delete"],
+        _ => &["mkdir", "create", "stat", "delete"],
+    };
+    for &phase in phases {
         // the stat phase goes over the files `stat_rounds` times
-        let ops = if phase == "stat" {
-            n * args.stat_rounds.max(1)
-        } else {
-            n
+        let ops = match phase {
+            "stat" => n * args.stat_rounds.max(1),
+            "mkdir" => dirs,
+            _ => n,
         };
         let next = Arc::new(AtomicUsize::new(0));
         let start = Instant::now();
@@ -532,8 +541,15 @@ async fn meta(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
                     if i >= ops {
                         break;
                     }
-                    let p = format!("{dir}/f{}", i % n);
+                    let p = match dirs {
+                        _ if phase == "mkdir" => format!("{dir}/d{i}"),
+                        0 => format!("{dir}/f{}", i % n),
+                        _ => format!("{dir}/d{}/f{}", i % n % dirs, i % n),
+                    };
                     match phase {
+                        "mkdir" => {
+                            c.mkdir(&p, false).await?;
+                        }
                         "create" => {
                             c.create(&p, false).await?.close().await?;
                         }
@@ -550,13 +566,14 @@ async fn meta(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
             t.await.context("meta task")??;
         }
         let secs = start.elapsed().as_secs_f64();
-        let rounds = if ops > n {
-            format!(" x {} rounds", ops / n)
-        } else {
-            String::new()
+        let what = match phase {
+            "mkdir" => format!("{dirs} directories"),
+            "stat" if ops > n => format!("{n} files x {} rounds", ops / n),
+            _ if dirs > 0 => format!("{n} files in {dirs} directories"),
+            _ => format!("{n} files"),
         };
         println!(
-            "meta.{phase}: {n} files{rounds}, {threads} clients, {secs:.2} s, {:.0} ops/s",
+            "meta.{phase}: {what}, {threads} clients, {secs:.2} s, {:.0} ops/s",
             ops as f64 / secs.max(1e-9)
         );
     }
