@@ -378,40 +378,28 @@ impl Store {
     /// RocksDB's memory by column family, for tests that look at the master's size.
     #[cfg(test)]
     pub fn memory_report(&self) -> String {
-        let props = [
-            ("memtables", "rocksdb.size-all-mem-tables"),
-            ("table readers", "rocksdb.estimate-table-readers-mem"),
-            ("live sst", "rocksdb.live-sst-files-size"),
-        ];
+        let mib = |cf: &str, p: &str| {
+            let v = self
+                .cf(cf)
+                .ok()
+                .and_then(|h| self.db.property_int_value_cf(h, p).ok().flatten());
+            format!("{:.2} MiB", v.unwrap_or(0) as f64 / 1048576.0)
+        };
         let mut out = String::new();
         for cf in [CF_INODES, CF_EDGES, CF_BLOCKS, CF_WORKER_BLOCKS, CF_META] {
-            let Ok(h) = self.cf(cf) else { continue };
-            out.push_str(cf);
-            for (what, p) in props {
-                let v = self
-                    .db
-                    .property_int_value_cf(h, p)
-                    .ok()
-                    .flatten()
-                    .unwrap_or(0);
-                out.push_str(&format!(" {what} {:.2} MiB", v as f64 / 1048576.0));
-            }
-            out.push('\n');
+            out.push_str(&format!(
+                "{cf} memtables {} table readers {} live sst {}\n",
+                mib(cf, "rocksdb.size-all-mem-tables"),
+                mib(cf, "rocksdb.estimate-table-readers-mem"),
+                mib(cf, "rocksdb.live-sst-files-size"),
+            ));
         }
-        for (what, p) in [
-            ("block cache", "rocksdb.block-cache-usage"),
-            ("of it pinned", "rocksdb.block-cache-pinned-usage"),
-        ] {
-            // the column families share one cache; the default one has none of its own
-            let Ok(h) = self.cf(CF_INODES) else { break };
-            let v = self
-                .db
-                .property_int_value_cf(h, p)
-                .ok()
-                .flatten()
-                .unwrap_or(0);
-            out.push_str(&format!("{what} {:.2} MiB ", v as f64 / 1048576.0));
-        }
+        // the column families share one cache; the default one has none of its own
+        out.push_str(&format!(
+            "block cache {} of it pinned {}",
+            mib(CF_INODES, "rocksdb.block-cache-usage"),
+            mib(CF_INODES, "rocksdb.block-cache-pinned-usage"),
+        ));
         out
     }
 
