@@ -87,7 +87,7 @@ impl Namespace {
         self.mutate(c.client_id, |txn| {
             let w = self.walk(&*txn, path, c, true)?;
             let mut ino = w.existing()?.clone();
-            check(c, &ino, 2, &w.path)?;
+            check(c, &ino, 2, || w.path.clone())?;
             let exists = ino.xattrs.contains_key(name);
             if flags & XATTR_CREATE != 0 && exists {
                 return Err(FsError::exists(&w.path));
@@ -107,7 +107,7 @@ impl Namespace {
     pub fn get_xattr(&self, path: &str, name: &str, c: &CallerInfo) -> FsResult<Vec<u8>> {
         let w = self.walk(&*self.store, path, c, true)?;
         let ino = w.existing()?;
-        check(c, ino, 4, &w.path)?;
+        check(c, ino, 4, || w.path.clone())?;
         ino.xattrs
             .get(name)
             .cloned()
@@ -126,7 +126,7 @@ impl Namespace {
         self.mutate(c.client_id, |txn| {
             let w = self.walk(&*txn, path, c, true)?;
             let mut ino = w.existing()?.clone();
-            check(c, &ino, 2, &w.path)?;
+            check(c, &ino, 2, || w.path.clone())?;
             if ino.xattrs.remove(name).is_none() {
                 return Err(FsError::NoSuchXattr {
                     path: w.path.clone(),

@@ -65,12 +65,12 @@ impl Namespace {
                 if req.exclusive || !req.overwrite {
                     return Err(FsError::exists(&w.path));
                 }
-                check(&c, &dir, 3, &w.parent_path())?;
+                check(&c, &dir, 3, || w.parent_path())?;
                 check_sticky(&c, &dir, old, &w.path)?;
                 txn.unlink_entry(dir.id, &w.name)?;
                 txn.release_inode(old.clone())?;
             } else {
-                check(&c, &dir, 3, &w.parent_path())?;
+                check(&c, &dir, 3, || w.parent_path())?;
             }
             let mode = if req.mode == 0 { 0o644 } else { req.mode };
             let mut ino = Self::new_inode(txn, FileType::File, mode, &c, &dir, &w.name);
@@ -125,7 +125,7 @@ impl Namespace {
             if !is_file(&ino) {
                 return Err(FsError::invalid(format!("{}: not a regular file", w.path)));
             }
-            check(&c, &ino, 2, &w.path)?;
+            check(&c, &ino, 2, || w.path.clone())?;
             if !ino.complete {
                 return Err(FsError::Busy {
                     message: format!("{} is being written by another client", w.path),
@@ -446,7 +446,7 @@ impl Namespace {
                 w.path
             )));
         }
-        check(c, ino, 4, &w.path)?;
+        check(c, ino, 4, || w.path.clone())?;
         let blocks = self.located_blocks(ino.id)?;
         Ok((status(ino, w.path.clone(), w.name.clone()), blocks))
     }
@@ -468,7 +468,7 @@ impl Namespace {
                     path: w.path.clone(),
                 });
             }
-            check(c, &ino, 2, &w.path)?;
+            check(c, &ino, 2, || w.path.clone())?;
             if len > MAX_FILE_LEN {
                 return Err(FsError::invalid(format!(
                     "{}: length {len} is past the largest file ({MAX_FILE_LEN})",

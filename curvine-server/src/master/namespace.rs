@@ -272,13 +272,17 @@ pub(super) fn allowed(c: &CallerInfo, ino: &InodeRec, mask: u32) -> bool {
     bits & mask == mask
 }
 
-pub(super) fn check(c: &CallerInfo, ino: &InodeRec, mask: u32, path: &str) -> FsResult<()> {
+/// `allowed`, or PermissionDenied naming `path()`, which is only built on a denial.
+pub(super) fn check(
+    c: &CallerInfo,
+    ino: &InodeRec,
+    mask: u32,
+    path: impl FnOnce() -> String,
+) -> FsResult<()> {
     if allowed(c, ino, mask) {
         Ok(())
     } else {
-        Err(FsError::PermissionDenied {
-            path: path.to_string(),
-        })
+        Err(FsError::PermissionDenied { path: path() })
     }
 }
 
@@ -515,11 +519,7 @@ impl Namespace {
                 continue;
             }
             let dir = &stack[stack.len() - 1].1;
-            if !allowed(c, dir, 1) {
-                return Err(FsError::PermissionDenied {
-                    path: join_stack(&stack, ""),
-                });
-            }
+            check(c, dir, 1, || join_stack(&stack, ""))?;
             let child = match r.child(dir.id, &name)? {
                 Some(id) => r.inode(id)?,
                 None => None,

@@ -374,7 +374,6 @@ impl Store {
         }
     }
 
-    /// Make every write so far durable (one fsync of the WAL).
     /// RocksDB's memory by column family, for tests that look at the master's size.
     #[cfg(test)]
     pub fn memory_report(&self) -> String {
@@ -403,6 +402,7 @@ impl Store {
         out
     }
 
+    /// Make every write so far durable (one fsync of the WAL).
     pub fn sync_wal(&self) -> FsResult<()> {
         self.db.flush_wal(true).map_err(|e| db_err("sync WAL", e))
     }

@@ -70,7 +70,7 @@ impl Namespace {
             return Err(FsError::exists(&w.path));
         }
         let dir = w.dir()?.clone();
-        check(c, &dir, 3, &w.parent_path())?;
+        check(c, &dir, 3, || w.parent_path())?;
         let mut ino = Self::new_inode(txn, FileType::Dir, mode, c, &dir, &w.name);
         ino.complete = true;
         txn.counters.dirs += 1;
@@ -100,7 +100,7 @@ impl Namespace {
         if !is_dir(ino) {
             return Ok((vec![status(ino, w.path.clone(), w.name.clone())], false));
         }
-        check(c, ino, 4 | 1, &w.path)?;
+        check(c, ino, 4 | 1, || w.path.clone())?;
         let page = self.conf.list_page_size.max(1);
         let limit = if limit == 0 || limit > page {
             page
@@ -149,7 +149,7 @@ impl Namespace {
                 return Err(FsError::exists(&w.path));
             }
             let dir = w.dir()?.clone();
-            check(c, &dir, 3, &w.parent_path())?;
+            check(c, &dir, 3, || w.parent_path())?;
             let mut ino = Self::new_inode(txn, FileType::Symlink, 0o777, c, &dir, &w.name);
             ino.symlink_target = target.to_string();
             ino.complete = true;
@@ -186,7 +186,7 @@ impl Namespace {
                 return Err(FsError::exists(&w.path));
             }
             let dir = w.dir()?.clone();
-            check(&c, &dir, 3, &w.parent_path())?;
+            check(&c, &dir, 3, || w.parent_path())?;
             let mut ino = Self::new_inode(txn, kind, req.mode, &c, &dir, &w.name);
             ino.rdev = req.rdev;
             ino.complete = true;
@@ -216,7 +216,7 @@ impl Namespace {
                 return Err(FsError::exists(&d.path));
             }
             let dir = d.dir()?.clone();
-            check(c, &dir, 3, &d.parent_path())?;
+            check(c, &dir, 3, || d.parent_path())?;
             ino.nlink += 1;
             ino.ctime_ms = txn.now;
             txn.link_entry(dir.id, &d.name, ino.id)?;
@@ -233,7 +233,7 @@ impl Namespace {
                 return Err(FsError::invalid("refusing to delete /"));
             };
             let ino = w.existing()?.clone();
-            check(c, &parent, 3, &w.parent_path())?;
+            check(c, &parent, 3, || w.parent_path())?;
             check_sticky(c, &parent, &ino, &w.path)?;
             if is_dir(&ino) && ino.children > 0 {
                 if !recursive {
@@ -258,7 +258,7 @@ impl Namespace {
         path: &str,
         c: &CallerInfo,
     ) -> FsResult<()> {
-        check(c, dir, 3, path)?;
+        check(c, dir, 3, || path.to_string())?;
         let mut after = String::new();
         loop {
             let (entries, more) = txn.store.list(dir.id, &after, 1024)?;
@@ -305,8 +305,8 @@ impl Namespace {
             if s.path == d.path {
                 return Ok(0);
             }
-            check(c, &sdir, 3, &s.parent_path())?;
-            check(c, &ddir, 3, &d.parent_path())?;
+            check(c, &sdir, 3, || s.parent_path())?;
+            check(c, &ddir, 3, || d.parent_path())?;
             check_sticky(c, &sdir, &sino, &s.path)?;
             if is_dir(&sino) && (d.chain.contains(&sino.id)) {
                 return Err(FsError::invalid(format!(
