@@ -180,6 +180,7 @@ async fn fs_write(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
                 let opts = CreateOptions {
                     overwrite: true,
                     storage_tier: tier,
+                    first_block: args.file_size > 0,
                     ..Default::default()
                 };
                 let mut w = fs

@@ -101,6 +101,7 @@ impl MasterService for FakeMaster {
         st.files.insert(r.path, (status.clone(), Vec::new()));
         Ok(Response::new(CreateResponse {
             status: Some(status),
+            first_block: None,
         }))
     }
     async fn add_block(&self, r: Request<AddBlockRequest>) -> R<AddBlockResponse> {

@@ -237,10 +237,11 @@ impl CurvineFs {
             storage_tier: tier as i32,
             caller: self.caller(),
             exclusive: opts.exclusive,
+            first_block: opts.first_block,
         };
         let r = rpc!(self, "create", Mutation, req).await?;
         let status = status_of(r.status, "create")?;
-        Ok(FsWriter::new(self.clone(), status, None))
+        Ok(FsWriter::new(self.clone(), status, r.first_block))
     }
 
     /// A writer at the end of `path`. A hole a truncate left past the file's data is
@@ -262,7 +263,8 @@ impl CurvineFs {
         };
         let r = rpc!(self, "append", Mutation, req).await?;
         let status = status_of(r.status, "append")?;
-        Ok(FsWriter::new(self.clone(), status, r.last_block))
+        // the writer continues in a new block: the last one stays as it is
+        Ok(FsWriter::new(self.clone(), status, None))
     }
 
     pub async fn open(&self, path: &str) -> FsResult<FsReader> {
@@ -553,7 +555,12 @@ impl CurvineFs {
 
     /// Write `data` as the whole content of `path` (created or overwritten).
     pub async fn write_file(&self, path: &str, data: &[u8]) -> FsResult<()> {
-        let mut w = self.create(path, true).await?;
+        let opts = CreateOptions {
+            overwrite: true,
+            first_block: !data.is_empty(),
+            ..Default::default()
+        };
+        let mut w = self.create_with(path, opts).await?;
         w.write(data).await?;
         w.close().await?;
         Ok(())

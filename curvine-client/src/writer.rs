@@ -156,6 +156,8 @@ pub struct FsWriter {
     /// Bytes of the current block, sent and buffered.
     in_block: u64,
     block: Option<BlockWriter>,
+    /// The block allocated with the create, until the first write opens it.
+    first_block: Option<LocatedBlock>,
     /// Blocks committed since the last add_block / complete.
     committed: Vec<CommittedBlock>,
     chunk_size: usize,
@@ -181,12 +183,13 @@ pub struct FsWriter {
 }
 
 impl FsWriter {
-    /// A writer for a file the master has just created (or opened for append: writing
-    /// continues at the end of the file's data, before any hole past it, in a new block).
+    /// A writer for a file the master has just created, with the first block it may
+    /// have allocated at the create (or opened for append: writing continues at the end
+    /// of the file's data, before any hole past it, in a new block).
     pub(crate) fn new(
         fs: CurvineFs,
         status: FileStatus,
-        _last_block: Option<LocatedBlock>,
+        first_block: Option<LocatedBlock>,
     ) -> Self {
         let block_size = if status.block_size > 0 {
             status.block_size
@@ -203,6 +206,7 @@ impl FsWriter {
             buf: Pending::default(),
             in_block: 0,
             block: None,
+            first_block,
             committed: Vec::new(),
             chunk_size: DEFAULT_CHUNK_SIZE,
             failed: None,
@@ -473,6 +477,9 @@ impl FsWriter {
     /// Ask the master for the next block (committing the finished ones), avoiding the
     /// workers that failed.
     async fn allocate(&mut self) -> FsResult<curvine_common::proto::LocatedBlock> {
+        if let Some(b) = self.first_block.take() {
+            return Ok(b);
+        }
         let previous = std::mem::take(&mut self.committed);
         let r = self
             .fs

@@ -255,6 +255,8 @@ fn any_call() -> impl Strategy<Value = Call> {
                         block_size,
                         storage_tier: tier,
                         caller,
+                        // half of the creates allocate their first block too
+                        first_block: replicas % 2 == 0,
                         ..Default::default()
                     }
                 )

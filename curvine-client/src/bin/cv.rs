@@ -6,7 +6,9 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
-use curvine_client::{ClusterConf, CurvineFs, FileStatus, FileType, FsError, SetAttr, StorageTier};
+use curvine_client::{
+    ClusterConf, CreateOptions, CurvineFs, FileStatus, FileType, FsError, SetAttr, StorageTier,
+};
 use curvine_common::conf::CONF_ENV;
 
 #[derive(Parser)]
@@ -230,8 +232,17 @@ async fn fs_cmd(fs: &CurvineFs, cmd: FsCmd) -> anyhow::Result<()> {
         } => {
             let mut src =
                 std::fs::File::open(&local).with_context(|| format!("open {}", local.display()))?;
+            let size = src
+                .metadata()
+                .with_context(|| format!("stat {}", local.display()))?
+                .len();
             let remote = into_dir(fs, &remote, &local).await?;
-            let mut w = fs.create(&remote, force).await?;
+            let opts = CreateOptions {
+                overwrite: force,
+                first_block: size > 0,
+                ..Default::default()
+            };
+            let mut w = fs.create_with(&remote, opts).await?;
             let mut buf = vec![0u8; 4 << 20];
             loop {
                 let n = src

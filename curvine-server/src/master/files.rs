@@ -13,7 +13,12 @@ use super::records::{BlockRec, InodeRec, Loc};
 use super::store;
 
 impl Namespace {
-    pub fn create(&self, req: &CreateRequest) -> FsResult<(FileStatus, u64)> {
+    /// Create a file open for writing by the caller; with `first_block`, also its first
+    /// block (None when no worker can take it now: the writer's add_block waits).
+    pub fn create(
+        &self,
+        req: &CreateRequest,
+    ) -> FsResult<((FileStatus, Option<LocatedBlock>), u64)> {
         let c = req.caller.clone().unwrap_or_default();
         let tier = match StorageTier::try_from(req.storage_tier).unwrap_or(StorageTier::Unspecified)
         {
@@ -81,9 +86,19 @@ impl Namespace {
             txn.counters.files += 1;
             txn.link_entry(dir.id, &w.name, ino.id)?;
             self.open_for_write(txn, &ino, c.client_id);
+            let first = if req.first_block {
+                // Saves the writer an add_block call. A placement that fails now (no
+                // worker registered yet, no space) is left to that call, which waits
+                // and names the error if it lasts.
+                self.allocate_block(txn, &mut ino, &w.path, &c, &[], 0)
+                    .inspect_err(|e| debug!(path = %w.path, error = %e, "create: no first block"))
+                    .ok()
+            } else {
+                None
+            };
             txn.put_inode(ino.clone());
             debug!(path = %w.path, id = ino.id, "create");
-            Ok(status(&ino, w.path.clone(), w.name.clone()))
+            Ok((status(&ino, w.path.clone(), w.name.clone()), first))
         })
     }
 
@@ -245,55 +260,71 @@ impl Namespace {
         self.mutate(c.client_id, |txn| {
             let mut ino = self.writing(txn, req.file_id, &req.path, c.client_id)?;
             let offset = self.commit_blocks(txn, &mut ino, &req.previous)?;
-            let index = ino.next_block_index;
-            if index >= 1 << curvine_common::types::BLOCK_INDEX_BITS {
-                return Err(FsError::invalid(format!("{}: too many blocks", req.path)));
-            }
-            let tier = StorageTier::try_from(ino.storage_tier).unwrap_or(StorageTier::Mem);
-            let targets = self.workers.place(
-                tier,
-                ino.replicas.max(1),
-                ino.block_size,
-                &c.client_host,
-                &req.excluded_workers,
-            )?;
-            let id = BlockId::new(InodeId(ino.id), index).0;
-            ino.next_block_index += 1;
-            ino.blocks.push(id);
-            txn.counters.blocks += 1;
-            let rec = BlockRec {
-                id,
-                inode: ino.id,
-                len: 0,
-                locs: targets
-                    .iter()
-                    .map(|t| Loc {
-                        worker_id: t.worker_id,
-                        tier: t.tier as i32,
-                    })
-                    .collect(),
-                committed: false,
-            };
-            for t in &targets {
-                txn.put_worker_block(t.worker_id, id);
-                self.workers
-                    .track_reservation(t.worker_id, id, t.tier as i32, ino.block_size);
-            }
-            txn.put_block(rec);
+            let block =
+                self.allocate_block(txn, &mut ino, &req.path, &c, &req.excluded_workers, offset)?;
             txn.put_inode(ino);
-            Ok(LocatedBlock {
-                block_id: id,
-                offset,
-                len: 0,
-                locations: targets
-                    .into_iter()
-                    .map(|t| BlockLocation {
-                        worker_id: t.worker_id,
-                        address: Some(t.address),
-                        tier: t.tier as i32,
-                    })
-                    .collect(),
-            })
+            Ok(block)
+        })
+    }
+
+    /// Allocate the next block of `ino` (open for writing), at file offset `offset`, on
+    /// workers placed for `c` outside `excluded`. The caller puts the inode.
+    fn allocate_block(
+        &self,
+        txn: &mut Txn<'_>,
+        ino: &mut InodeRec,
+        path: &str,
+        c: &CallerInfo,
+        excluded: &[u32],
+        offset: u64,
+    ) -> FsResult<LocatedBlock> {
+        let index = ino.next_block_index;
+        if index >= 1 << curvine_common::types::BLOCK_INDEX_BITS {
+            return Err(FsError::invalid(format!("{path}: too many blocks")));
+        }
+        let tier = StorageTier::try_from(ino.storage_tier).unwrap_or(StorageTier::Mem);
+        let targets = self.workers.place(
+            tier,
+            ino.replicas.max(1),
+            ino.block_size,
+            &c.client_host,
+            excluded,
+        )?;
+        let id = BlockId::new(InodeId(ino.id), index).0;
+        ino.next_block_index += 1;
+        ino.blocks.push(id);
+        txn.counters.blocks += 1;
+        let rec = BlockRec {
+            id,
+            inode: ino.id,
+            len: 0,
+            locs: targets
+                .iter()
+                .map(|t| Loc {
+                    worker_id: t.worker_id,
+                    tier: t.tier as i32,
+                })
+                .collect(),
+            committed: false,
+        };
+        for t in &targets {
+            txn.put_worker_block(t.worker_id, id);
+            self.workers
+                .track_reservation(t.worker_id, id, t.tier as i32, ino.block_size);
+        }
+        txn.put_block(rec);
+        Ok(LocatedBlock {
+            block_id: id,
+            offset,
+            len: 0,
+            locations: targets
+                .into_iter()
+                .map(|t| BlockLocation {
+                    worker_id: t.worker_id,
+                    address: Some(t.address),
+                    tier: t.tier as i32,
+                })
+                .collect(),
         })
     }
 

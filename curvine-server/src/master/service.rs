@@ -48,8 +48,11 @@ impl MasterService for MasterSvc {
     async fn create(&self, req: Request<CreateRequest>) -> Reply<CreateResponse> {
         fault_rpc!("master.Create", &req);
         let r = req.into_inner();
-        let st = self.durable(self.ns.create(&r)).await?;
-        Ok(Response::new(CreateResponse { status: Some(st) }))
+        let (st, first_block) = self.durable(self.ns.create(&r)).await?;
+        Ok(Response::new(CreateResponse {
+            status: Some(st),
+            first_block,
+        }))
     }
 
     async fn append(&self, req: Request<AppendRequest>) -> Reply<AppendResponse> {

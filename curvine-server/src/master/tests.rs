@@ -50,7 +50,7 @@ pub(super) fn create_req(path: &str, c: &CallerInfo) -> CreateRequest {
 
 /// Create and complete an empty file.
 pub(super) fn touch(ns: &Namespace, path: &str, c: &CallerInfo) -> FileStatus {
-    let (st, _) = ns.create(&create_req(path, c)).unwrap();
+    let ((st, _), _) = ns.create(&create_req(path, c)).unwrap();
     let (st2, _) = ns
         .complete(&CompleteRequest {
             file_id: st.id,
@@ -96,7 +96,7 @@ pub(super) fn register(ns: &Namespace, host: &str, mem: (u64, u64), ssd: (u64, u
 /// Write a file with blocks of the given lengths through add_block/complete.
 pub(super) fn write_file(ns: &Namespace, path: &str, lens: &[u64]) -> FileStatus {
     let c = root();
-    let (st, _) = ns.create(&create_req(path, &c)).unwrap();
+    let ((st, _), _) = ns.create(&create_req(path, &c)).unwrap();
     let mut prev: Vec<CommittedBlock> = vec![];
     for len in lens {
         let (b, _) = ns
@@ -224,7 +224,7 @@ fn create_errors() {
     let mut r = create_req("/file", &c);
     r.overwrite = true;
     let old = stat(&ns, "/file").unwrap();
-    let new = ns.create(&r).unwrap().0;
+    let new = ns.create(&r).unwrap().0 .0;
     assert_ne!(old.id, new.id);
     r.exclusive = true;
     assert!(matches!(ns.create(&r), Err(FsError::AlreadyExists { .. })));
@@ -543,7 +543,7 @@ fn retried_add_block_drops_the_abandoned_block() {
     let c = root();
     let w1 = register(&ns, "h1", (1 << 30, 0), (0, 0));
     let w2 = register(&ns, "h2", (1 << 29, 0), (0, 0));
-    let st = ns.create(&create_req("/r", &c)).unwrap().0;
+    let st = ns.create(&create_req("/r", &c)).unwrap().0 .0;
     let req = |excl: Vec<u32>| AddBlockRequest {
         file_id: st.id,
         path: "/r".into(),
@@ -794,7 +794,7 @@ fn complete_keeps_the_writers_mtime() {
     let c = root();
     let now_ms = curvine_common::types::now_ms;
     let done = |path: &str, mtime_ms: i64| {
-        let (st, _) = ns.create(&create_req(path, &c)).unwrap();
+        let ((st, _), _) = ns.create(&create_req(path, &c)).unwrap();
         ns.complete(&CompleteRequest {
             file_id: st.id,
             path: path.into(),

@@ -30,7 +30,7 @@ fn hb(ns: &Namespace, w: u32, req: HeartbeatRequest) -> HeartbeatResponse {
 /// A complete 2-replica file of one 1000-byte block; returns (block, its workers).
 fn two_replica_file(ns: &Namespace, path: &str) -> (u64, Vec<u32>) {
     let c = root();
-    let st = ns.create(&create_req(path, &c)).unwrap().0;
+    let st = ns.create(&create_req(path, &c)).unwrap().0 .0;
     let b = ns
         .add_block(&AddBlockRequest {
             file_id: st.id,
@@ -67,7 +67,7 @@ fn complete_refuses_a_block_with_too_few_replicas() {
         register(&ns, h, (1 << 30, 0), (0, 0));
     }
     let c = root();
-    let st = ns.create(&create_req("/f", &c)).unwrap().0;
+    let st = ns.create(&create_req("/f", &c)).unwrap().0 .0;
     let b = ns
         .add_block(&AddBlockRequest {
             file_id: st.id,

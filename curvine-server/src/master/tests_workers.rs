@@ -53,7 +53,7 @@ fn placement_prefers_local_then_free_space_with_tier_fallback() {
 fn no_workers_is_unavailable() {
     let d = tempfile::tempdir().unwrap();
     let ns = open(d.path());
-    let st = ns.create(&create_req("/f", &root())).unwrap().0;
+    let st = ns.create(&create_req("/f", &root())).unwrap().0 .0;
     let e = ns
         .add_block(&AddBlockRequest {
             file_id: st.id,
@@ -126,7 +126,7 @@ fn unknown_reported_blocks_are_queued_for_deletion() {
     let d = tempfile::tempdir().unwrap();
     let ns = open(d.path());
     let w = register(&ns, "h", (1 << 30, 0), (0, 0));
-    let writing = ns.create(&create_req("/w", &root())).unwrap().0;
+    let writing = ns.create(&create_req("/w", &root())).unwrap().0 .0;
     let orphan = BlockId::new(InodeId(999_999), 0).0;
     let in_flight = BlockId::new(InodeId(writing.id), 0).0;
     let rep = |id| BlockReplica {
@@ -165,8 +165,8 @@ fn expired_lease_removes_the_file() {
     let mut conf = mconf(d.path());
     conf.lease_timeout = curvine_common::conf::Dur(Duration::from_millis(50));
     let ns = Namespace::load(conf, false, Duration::from_secs(30)).unwrap();
-    let st = ns.create(&create_req("/partial", &root())).unwrap().0;
-    let kept = ns.create(&create_req("/renewed", &root())).unwrap().0;
+    let st = ns.create(&create_req("/partial", &root())).unwrap().0 .0;
+    let kept = ns.create(&create_req("/renewed", &root())).unwrap().0 .0;
     wait_until("lease expiry", || {
         ns.renew_lease(root().client_id, &[kept.id]);
         ns.expire_leases().unwrap();
@@ -192,4 +192,88 @@ fn expired_lease_removes_the_file() {
         })
         .unwrap_err();
     assert!(matches!(e, FsError::Busy { .. }), "{e}");
+}
+
+#[test]
+fn create_can_allocate_the_first_block() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let req = |path: &str| CreateRequest {
+        first_block: true,
+        ..create_req(path, &root())
+    };
+    let complete = |st: &FileStatus, blocks: Vec<CommittedBlock>, len: u64| {
+        ns.complete(&CompleteRequest {
+            file_id: st.id,
+            path: st.path.clone(),
+            blocks,
+            len,
+            caller: Some(root()),
+            ..Default::default()
+        })
+        .unwrap()
+        .0
+    };
+    // No worker yet: the create still succeeds, and the writer's add_block waits.
+    let ((early, none), _) = ns.create(&req("/early")).unwrap();
+    assert!(none.is_none());
+    let w = register(&ns, "h", (1 << 30, 0), (0, 0));
+    complete(&early, vec![], 0);
+
+    // A file of one block: the create brings it, the complete commits it.
+    let ((st, first), _) = ns.create(&req("/one")).unwrap();
+    let b = first.expect("a first block");
+    assert_eq!((b.offset, b.len), (0, 0));
+    assert_eq!(BlockId(b.block_id).inode(), InodeId(st.id));
+    assert_eq!(b.locations.len(), 1);
+    assert_eq!(b.locations[0].worker_id, w);
+    let done = complete(
+        &st,
+        vec![CommittedBlock {
+            block_id: b.block_id,
+            len: 4096,
+            worker_ids: vec![w],
+        }],
+        4096,
+    );
+    assert_eq!(done.len, 4096);
+    let (_, blocks) = ns.open("/one", &root()).unwrap();
+    assert_eq!(
+        blocks.iter().map(|b| b.block_id).collect::<Vec<_>>(),
+        [b.block_id]
+    );
+
+    // More blocks follow the first with add_block as usual.
+    let ((st, first), _) = ns.create(&req("/two")).unwrap();
+    let b0 = first.unwrap();
+    let c0 = CommittedBlock {
+        block_id: b0.block_id,
+        len: 10,
+        worker_ids: vec![w],
+    };
+    let (b1, _) = ns
+        .add_block(&AddBlockRequest {
+            file_id: st.id,
+            path: "/two".into(),
+            previous: vec![c0],
+            caller: Some(root()),
+            excluded_workers: vec![],
+        })
+        .unwrap();
+    assert_eq!(b1.offset, 10);
+    assert_eq!(BlockId(b1.block_id).index(), 1);
+    let c1 = CommittedBlock {
+        block_id: b1.block_id,
+        len: 5,
+        worker_ids: vec![w],
+    };
+    assert_eq!(complete(&st, vec![c1], 15).len, 15);
+
+    // Closed empty: the block goes back, and nothing counts it.
+    let ((st, first), _) = ns.create(&req("/empty")).unwrap();
+    assert!(first.is_some());
+    assert_eq!(ns.counters().blocks, 4);
+    assert_eq!(complete(&st, vec![], 0).len, 0);
+    assert!(ns.open("/empty", &root()).unwrap().1.is_empty());
+    assert_eq!(ns.counters().blocks, 3, "/one's and /two's");
 }

@@ -236,6 +236,8 @@ pub extern "system" fn Java_io_curvine_NativeFs_create<'l>(
             mode: if mode >= 0 { mode as u32 } else { 0o644 },
             replicas: replicas.max(0) as u32,
             block_size: block_size.max(0) as u64,
+            // a Hadoop output stream is made to be written to
+            first_block: true,
             ..Default::default()
         };
         let w = c.block_on(c.fs().create_with(&p, opts))?;
