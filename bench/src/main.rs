@@ -151,7 +151,10 @@ fn pattern(len: usize) -> Vec<u8> {
 fn print_throughput(action: &str, bytes: u64, elapsed: Duration, files: usize) {
     let secs = elapsed.as_secs_f64();
     let gib = bytes as f64 / (1u64 << 30) as f64;
-    println!("{action}: {files} files, {bytes} bytes ({gib:.2} GiB) in {secs:.2} s");
+    let rate = files as f64 / secs.max(1e-9);
+    println!(
+        "{action}: {files} files, {bytes} bytes ({gib:.2} GiB) in {secs:.2} s, {rate:.0} files/s"
+    );
     println!("{action}: {:.2} GiB/s", gib / secs.max(1e-9));
 }
 
