@@ -52,15 +52,44 @@ impl StoreConf {
     }
 }
 
+/// One committed block in the index: 24 bytes, kept for every block the worker holds
+/// (the tier's index as a u16 rather than a usize saves a fifth of the map).
 #[derive(Debug, Clone)]
 pub(super) struct BlockMeta {
-    pub tier: usize,
     pub len: u64,
-    pub chunk_size: u32,
     pub last_access: u64,
+    pub chunk_size: u32,
+    /// Index into `Inner::tiers` (`tier()`).
+    tier: u16,
     /// An eviction is copying the block to the next tier.
     pub moving: bool,
 }
+
+impl BlockMeta {
+    pub fn new(tier: usize, len: u64, chunk_size: u32, last_access: u64) -> BlockMeta {
+        BlockMeta {
+            len,
+            last_access,
+            chunk_size,
+            // tiers are checked against MAX_TIERS when the store opens
+            tier: u16::try_from(tier).unwrap_or(u16::MAX),
+            moving: false,
+        }
+    }
+
+    pub fn tier(&self) -> usize {
+        usize::from(self.tier)
+    }
+
+    pub fn set_tier(&mut self, tier: usize) {
+        self.tier = u16::try_from(tier).unwrap_or(u16::MAX);
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<BlockMeta>() == 24);
+
+/// The most tier directories a worker takes (`BlockMeta` keeps the index in a u16).
+pub const MAX_TIERS: usize = u16::MAX as usize;
 
 #[derive(Debug, Default)]
 pub(super) struct Inner {
@@ -126,6 +155,12 @@ impl BlockStore {
         if dirs.is_empty() {
             return Err(FsError::config("worker.data_dir is empty"));
         }
+        if dirs.len() > MAX_TIERS {
+            return Err(FsError::config(format!(
+                "worker.data_dir has {} entries; at most {MAX_TIERS}",
+                dirs.len()
+            )));
+        }
         let mut inner = Inner::default();
         for td in dirs {
             prepare_dir(td)?;
@@ -184,7 +219,7 @@ impl BlockStore {
             .map(|(id, m)| BlockReplica {
                 block_id: *id,
                 len: m.len,
-                tier: g.tiers[m.tier].tier as i32,
+                tier: g.tiers[m.tier()].tier as i32,
             })
             .collect()
     }
@@ -192,8 +227,9 @@ impl BlockStore {
     /// Take the incremental report accumulated since the last call.
     pub fn take_pending(&self) -> (Vec<BlockReplica>, Vec<u64>) {
         let mut g = self.lock();
-        let added = g.pending_added.drain().map(|(_, r)| r).collect();
-        let removed = g.pending_removed.drain().collect();
+        // taken whole, so a burst of commits does not leave its map's capacity behind
+        let added = std::mem::take(&mut g.pending_added).into_values().collect();
+        let removed = std::mem::take(&mut g.pending_removed).into_iter().collect();
         (added, removed)
     }
 
@@ -215,7 +251,7 @@ impl BlockStore {
     /// Committed length and tier of a block, if present.
     pub fn block_info(&self, id: u64) -> Option<(u64, StorageTier)> {
         let g = self.lock();
-        g.blocks.get(&id).map(|m| (m.len, g.tiers[m.tier].tier))
+        g.blocks.get(&id).map(|m| (m.len, g.tiers[m.tier()].tier))
     }
 
     fn not_found(&self, id: u64) -> FsError {
@@ -371,7 +407,7 @@ impl BlockStore {
                 if touch {
                     g.touch(id);
                 }
-                let t = &g.tiers[m.tier];
+                let t = &g.tiers[m.tier()];
                 (block_file(&t.dir, id), m.len, m.chunk_size, t.tier)
             };
             let opened = File::open(&path).and_then(|f| {
@@ -407,12 +443,12 @@ impl BlockStore {
             let Some(m) = g.blocks.remove(&id) else {
                 return false;
             };
-            let t = &mut g.tiers[m.tier];
+            let t = &mut g.tiers[m.tier()];
             t.committed = t.committed.saturating_sub(m.len);
             t.blocks = t.blocks.saturating_sub(1);
             let p = block_file(&t.dir, id);
             g.note_removed(id);
-            (p, m.tier, m.len)
+            (p, m.tier(), m.len)
         };
         let mut doomed = vec![sidecar_of(&path)];
         if !self.keep_spare(tier, &path, len) {
@@ -520,13 +556,7 @@ fn scan_tier(inner: &mut Inner, idx: usize) {
                     t.blocks += 1;
                     inner.blocks.insert(
                         id,
-                        BlockMeta {
-                            tier: idx,
-                            len: sc.len,
-                            chunk_size: sc.chunk_size,
-                            last_access: 0,
-                            moving: false,
-                        },
+                        BlockMeta::new(idx, sc.len, sc.chunk_size, 0),
                     );
                 }
                 Err(why) => {
@@ -695,13 +725,7 @@ impl WriteHandle {
             let over_high = (t.used() as f64) > store.conf.high_watermark * t.capacity as f64;
             g.blocks.insert(
                 id,
-                BlockMeta {
-                    tier: self.tier,
-                    len,
-                    chunk_size: cs,
-                    last_access: tick,
-                    moving: false,
-                },
+                BlockMeta::new(self.tier, len, cs, tick),
             );
             g.note_added(id, len, tier_kind);
             self.done = true;

@@ -125,7 +125,7 @@ impl BlockStore {
             let still_here = g
                 .blocks
                 .get(&id)
-                .is_some_and(|m| m.moving && m.tier == from);
+                .is_some_and(|m| m.moving && m.tier() == from);
             if !still_here {
                 drop(g);
                 let _ = remove_quiet(&tmp);
@@ -136,7 +136,7 @@ impl BlockStore {
             fs::rename(&tmp, &dst)?;
             let tier_kind = g.tiers[to].tier;
             if let Some(m) = g.blocks.get_mut(&id) {
-                m.tier = to;
+                m.set_tier(to);
                 m.moving = false;
             }
             let f = &mut g.tiers[from];
@@ -180,7 +180,7 @@ impl BlockStore {
                 let g = self.lock();
                 g.blocks
                     .iter()
-                    .filter(|(_, m)| m.tier == idx && !m.moving)
+                    .filter(|(_, m)| m.tier() == idx && !m.moving)
                     .map(|(id, m)| (m.last_access, *id))
                     .collect()
             };
@@ -193,7 +193,7 @@ impl BlockStore {
                         break;
                     }
                     match g.blocks.get_mut(&id) {
-                        Some(m) if m.tier == idx && !m.moving => m.moving = true,
+                        Some(m) if m.tier() == idx && !m.moving => m.moving = true,
                         _ => continue,
                     }
                 }
@@ -216,7 +216,7 @@ fn pick_victim(g: &mut super::block_store::Inner, idx: usize) -> Option<u64> {
     let id = g
         .blocks
         .iter()
-        .filter(|(_, m)| m.tier == idx && !m.moving)
+        .filter(|(_, m)| m.tier() == idx && !m.moving)
         .min_by_key(|(_, m)| m.last_access)
         .map(|(id, _)| *id)?;
     if let Some(m) = g.blocks.get_mut(&id) {
