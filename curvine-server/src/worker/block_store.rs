@@ -554,10 +554,9 @@ fn scan_tier(inner: &mut Inner, idx: usize) {
                     let t = &mut inner.tiers[idx];
                     t.committed += sc.len;
                     t.blocks += 1;
-                    inner.blocks.insert(
-                        id,
-                        BlockMeta::new(idx, sc.len, sc.chunk_size, 0),
-                    );
+                    inner
+                        .blocks
+                        .insert(id, BlockMeta::new(idx, sc.len, sc.chunk_size, 0));
                 }
                 Err(why) => {
                     discard(&p, &why);
@@ -723,10 +722,8 @@ impl WriteHandle {
             t.blocks += 1;
             let tier_kind = t.tier;
             let over_high = (t.used() as f64) > store.conf.high_watermark * t.capacity as f64;
-            g.blocks.insert(
-                id,
-                BlockMeta::new(self.tier, len, cs, tick),
-            );
+            g.blocks
+                .insert(id, BlockMeta::new(self.tier, len, cs, tick));
             g.note_added(id, len, tier_kind);
             self.done = true;
             (dst, tier_kind, over_high)
