@@ -269,15 +269,58 @@ impl BlockStore {
         want: StorageTier,
         reserve: u64,
     ) -> FsResult<WriteHandle> {
+        let reserve = self.check_new(id, reserve)?;
+        let tier = self.reserve_somewhere(want, reserve)?;
+        self.open_staging(id, tier, reserve)
+    }
+
+    /// `begin_write` when it needs no waiting: the first tier it would try has room
+    /// as it is (no eviction, no early heartbeat). None: call `begin_write` instead, off
+    /// the async runtime. What is left is creating the staging file, as cheap as the
+    /// metadata calls of a commit.
+    pub fn try_begin_write(
+        self: &Arc<Self>,
+        id: u64,
+        want: StorageTier,
+        reserve: u64,
+    ) -> FsResult<Option<WriteHandle>> {
+        let reserve = self.check_new(id, reserve)?;
+        let tier = self.first_tier(want);
+        if !self.reserve_if_fits(tier, reserve) {
+            return Ok(None);
+        }
+        self.open_staging(id, tier, reserve).map(Some)
+    }
+
+    /// The bytes to reserve for a new write of `id` (`reserve`, or the default), or an
+    /// error if the block exists.
+    fn check_new(&self, id: u64, reserve: u64) -> FsResult<u64> {
         if self.lock().blocks.contains_key(&id) {
             return Err(FsError::exists(format!("block {id}")));
         }
-        let reserve = if reserve == 0 {
+        Ok(if reserve == 0 {
             self.conf.default_reserve
         } else {
             reserve
-        };
-        let tier = self.reserve_somewhere(want, reserve)?;
+        })
+    }
+
+    /// The index of the first tier at or below `want`.
+    fn first_tier(&self, want: StorageTier) -> usize {
+        let g = self.lock();
+        match want {
+            StorageTier::Unspecified => 0,
+            w => g
+                .tiers
+                .iter()
+                .position(|t| t.tier as i32 >= w as i32)
+                .unwrap_or(g.tiers.len() - 1),
+        }
+    }
+
+    /// Create the staging file of a write of `id` with `reserve` bytes reserved in
+    /// `tier` (given back if this fails).
+    fn open_staging(self: &Arc<Self>, id: u64, tier: usize, reserve: u64) -> FsResult<WriteHandle> {
         let dir = self.lock().tiers[tier].dir.clone();
         let seq = self.staging_seq.fetch_add(1, Ordering::Relaxed);
         let staging = dir.join(layout::STAGING_DIR).join(format!("{id}.{seq}"));
@@ -334,18 +377,8 @@ impl BlockStore {
 
     /// Reserve `n` bytes in the first tier at or below `want` that can take it.
     fn reserve_somewhere(&self, want: StorageTier, n: u64) -> FsResult<usize> {
-        let (start, count) = {
-            let g = self.lock();
-            let start = match want {
-                StorageTier::Unspecified => 0,
-                w => g
-                    .tiers
-                    .iter()
-                    .position(|t| t.tier as i32 >= w as i32)
-                    .unwrap_or(g.tiers.len() - 1),
-            };
-            (start, g.tiers.len())
-        };
+        let start = self.first_tier(want);
+        let count = self.lock().tiers.len();
         for idx in start..count {
             if self.reserve_in(idx, n) {
                 return Ok(idx);

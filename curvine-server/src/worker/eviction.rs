@@ -21,24 +21,39 @@ use super::layout::{block_file, remove_quiet, sidecar_of, STAGING_DIR};
 const EVICT_POLL: Duration = Duration::from_secs(1);
 
 impl BlockStore {
+    /// Reserve `n` bytes in tier `idx` if they fit as it is (removing spare block files
+    /// in their way), without evicting or waiting.
+    pub(super) fn reserve_if_fits(&self, idx: usize, n: u64) -> bool {
+        let mut g = self.lock();
+        let t = &mut g.tiers[idx];
+        if !t.fits(n) {
+            return false;
+        }
+        t.reserved += n;
+        let doomed = t.spares_in_the_way();
+        drop(g);
+        for p in doomed {
+            if let Err(e) = remove_quiet(&p) {
+                warn!(path = %p.display(), error = %e, "cannot remove a spare block file");
+            }
+        }
+        true
+    }
+
     /// Reserve `n` bytes in tier `idx`, demoting LRU blocks out of it if needed.
     pub(super) fn reserve_in(&self, idx: usize, n: u64) -> bool {
         let mut asked = false;
         loop {
+            if self.reserve_if_fits(idx, n) {
+                return true;
+            }
             let victim = {
                 let mut g = self.lock();
                 let last = idx + 1 == g.tiers.len();
                 let t = &mut g.tiers[idx];
                 if t.fits(n) {
-                    t.reserved += n;
-                    let doomed = t.spares_in_the_way();
-                    drop(g);
-                    for p in doomed {
-                        if let Err(e) = remove_quiet(&p) {
-                            warn!(path = %p.display(), error = %e, "cannot remove a spare block file");
-                        }
-                    }
-                    return true;
+                    // room was freed since the look above
+                    continue;
                 }
                 if n > t.capacity {
                     return false;

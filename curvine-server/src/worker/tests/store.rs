@@ -392,3 +392,45 @@ impl Drop for Mapping {
         unsafe { libc::munmap(self.0, self.1) };
     }
 }
+
+#[test]
+fn a_write_opens_without_waiting_only_where_it_fits_as_things_are() {
+    let tmp = tempfile::tempdir().unwrap();
+    let conf = conf_with(tmp.path(), &["MEM:100KB", "SSD:1MB"]);
+    let store = open_store(&conf, "w".into()).unwrap();
+    // room in MEM: opened at once, with its space reserved
+    let h = store
+        .try_begin_write(1, StorageTier::Unspecified, 60 * 1024)
+        .unwrap()
+        .expect("fits");
+    assert_eq!(h.tier(), StorageTier::Mem);
+    assert_eq!(store.lock().tiers[0].reserved, 60 * 1024);
+    let data = pattern(60 * 1024, 1);
+    h.clone_file().unwrap().write_all_at(&data, 0).unwrap();
+    h.commit(data.len() as u64, chunk_crcs(&data, CS)).unwrap();
+    // MEM cannot take another 60 KB without moving a block down: left to begin_write,
+    // with nothing reserved and no staging file made
+    assert!(store
+        .try_begin_write(2, StorageTier::Unspecified, 60 * 1024)
+        .unwrap()
+        .is_none());
+    assert_eq!(store.lock().tiers[0].reserved, 0);
+    assert!(staging_empty(tmp.path()));
+    // asked for SSD, it starts there
+    let h = store
+        .try_begin_write(3, StorageTier::Ssd, 60 * 1024)
+        .unwrap()
+        .expect("fits in SSD");
+    assert_eq!(h.tier(), StorageTier::Ssd);
+    drop(h);
+    assert_eq!(
+        store.lock().tiers[1].reserved,
+        0,
+        "an abandoned write gives its room back"
+    );
+    // an existing block is refused at once
+    assert!(matches!(
+        store.try_begin_write(1, StorageTier::Unspecified, 1),
+        Err(FsError::AlreadyExists { .. })
+    ));
+}
