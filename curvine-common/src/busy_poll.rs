@@ -192,9 +192,12 @@ impl BusyPoll {
             return self.crowded.load(Ordering::Relaxed);
         }
         self.sampled_at.store(now.max(1), Ordering::Relaxed);
+        // The keeper, while it spins, is runnable too, but it gives way to anything
+        // else: not a thread this poller would keep from a CPU.
+        let keeper = u32::from(self.keeper_spinning());
         let crowded = self
             .sample_load()
-            .is_some_and(|(runnable, cpus)| runnable > cpus);
+            .is_some_and(|(runnable, cpus)| runnable.saturating_sub(keeper) > cpus);
         self.crowded.store(crowded, Ordering::Relaxed);
         crowded
     }
@@ -338,6 +341,11 @@ impl BusyPoll {
         {
             keeper.unpark();
         }
+    }
+
+    /// Whether this set's keeper thread exists and is awake (spinning).
+    fn keeper_spinning(&self) -> bool {
+        matches!(self.keeper.get(), Some(Some(_))) && !self.keeper_asleep.load(Ordering::SeqCst)
     }
 
     /// True while the last request came within the polling time.
@@ -577,9 +585,12 @@ mod tests {
                 .to_string()
         };
         eventually("the keeper spins", || state() == "R");
+        // a spinning keeper is not counted against the CPUs when polling samples the load
+        assert!(bp.keeper_spinning());
         eventually("the keeper sleeps again", || {
             bp.keeper_asleep.load(Ordering::SeqCst) && state() == "S"
         });
+        assert!(!bp.keeper_spinning());
     }
 
     #[test]
