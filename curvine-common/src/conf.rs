@@ -70,7 +70,8 @@ pub struct MasterConf {
     pub max_name_len: usize,
     /// Maximum path length in bytes.
     pub max_path_len: usize,
-    /// How often the master scans for blocks below their replica count.
+    /// How often the master scans for blocks below their replica count, while one may be
+    /// (an idle master does not scan).
     pub replication_interval: Dur,
     /// Re-replication copies in flight in the whole cluster ...
     pub replication_max_inflight: u32,

@@ -61,6 +61,9 @@ impl Namespace {
                         "replicas {r} is out of range (1..=16)"
                     )));
                 }
+                if ino.replicas != r {
+                    self.repl.mark();
+                }
                 ino.replicas = r;
             }
             ino.ctime_ms = txn.now;

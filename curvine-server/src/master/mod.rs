@@ -174,7 +174,7 @@ async fn lost_worker_loop(ns: Arc<Namespace>, timeout: Duration, cancel: Cancell
             _ = every.tick() => {}
         }
         if ns.workers.detect_lost() > 0 {
-            ns.repl.kick.notify_one();
+            ns.repl.wake();
         }
     }
 }

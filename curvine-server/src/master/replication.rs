@@ -7,6 +7,12 @@
 //! `replication_timeout`, so a failed or lost copy never holds a slot for good.
 //! Bad replicas (reported by readers, found by scrubbers) are dropped from the block map
 //! when another live replica remains, and trigger a scan.
+//!
+//! A scan reads the whole block map, so the periodic one runs only when something may
+//! have left a block short since the last scan found every block whole: a replica
+//! forgotten, a worker lost or registered, a bad replica, a failed copy, a file's replica
+//! count changed (see [`Replication::mark`]), or copies still in flight. An idle master
+//! with a million blocks does no work.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -33,6 +39,10 @@ struct State {
     done: u64,
     failed: u64,
     bad: u64,
+    /// Events that may have left a block short of replicas, counted by `mark`.
+    events: u64,
+    /// `events` as it was when the last scan began, if that scan found nothing to do.
+    clean_at: Option<u64>,
 }
 
 /// Progress figures for `Report`.
@@ -51,6 +61,26 @@ pub(super) struct Replication {
     st: Mutex<State>,
     /// Wakes the scan loop (worker lost, bad replica, failed copy).
     pub kick: Notify,
+}
+
+impl Replication {
+    /// Something may have left a block with fewer live replicas than its file asks for:
+    /// the next periodic scan must run.
+    pub fn mark(&self) {
+        self.lock().events += 1;
+    }
+
+    /// [`mark`](Self::mark), and scan now.
+    pub fn wake(&self) {
+        self.mark();
+        self.kick.notify_one();
+    }
+
+    /// Whether a periodic scan could find anything to do.
+    pub fn needs_scan(&self) -> bool {
+        let s = self.lock();
+        s.clean_at != Some(s.events)
+    }
 }
 
 impl Replication {
@@ -104,14 +134,14 @@ impl Replication {
         }
         drop(s);
         if failed {
-            self.kick.notify_one();
+            self.wake();
         }
     }
 
     pub fn note_bad(&self, n: u64) {
         if n > 0 {
             self.lock().bad += n;
-            self.kick.notify_one();
+            self.wake();
         }
     }
 }
@@ -123,7 +153,7 @@ impl Namespace {
         let timeout = self.conf.replication_timeout.0;
         let max_total = self.conf.replication_max_inflight.max(1) as usize;
         let per_worker = self.conf.replication_per_worker.max(1) as u64;
-        {
+        let events = {
             let mut s = self.repl.lock();
             let before = s.inflight.len();
             s.inflight.retain(|_, i| i.started.elapsed() < timeout);
@@ -132,24 +162,28 @@ impl Namespace {
                 warn!(expired, "re-replication copies timed out; rescheduling");
                 s.failed += expired;
             }
-        }
+            s.events
+        };
         let live = self.workers.live_addresses();
-        let mut replicas_of: HashMap<u64, Option<(u32, i32)>> = HashMap::new();
+        // Block keys are big-endian ids that begin with the inode: a file's blocks come
+        // one after another, so its replica count is read once and the memo stays one
+        // entry however many files there are.
+        let mut replicas_of: Option<(u64, Option<(u32, i32)>)> = None;
         let (mut under, mut missing, mut scheduled) = (0u64, 0u64, 0usize);
         let mut commands: Vec<(u32, CopyCommand)> = Vec::new();
         self.store.for_each_block(|b: BlockRec| {
             if !b.committed {
                 return Ok(());
             }
-            let want = match replicas_of.get(&b.inode) {
-                Some(v) => *v,
-                None => {
+            let want = match replicas_of {
+                Some((ino, v)) if ino == b.inode => v,
+                _ => {
                     let v = self
                         .store
                         .inode(b.inode)?
                         .filter(is_file)
                         .map(|i| (i.replicas.max(1), i.storage_tier));
-                    replicas_of.insert(b.inode, v);
+                    replicas_of = Some((b.inode, v));
                     v
                 }
             };
@@ -219,6 +253,9 @@ impl Namespace {
             let mut s = self.repl.lock();
             s.under = under;
             s.missing = missing;
+            // Missing blocks keep the scans going: they count again when their worker
+            // comes back, or stop counting when their file is deleted.
+            s.clean_at = (under == 0 && missing == 0 && s.inflight.is_empty()).then_some(events);
         }
         for (w, c) in commands {
             self.workers.queue_copy(w, c);
@@ -270,7 +307,7 @@ impl Namespace {
     }
 }
 
-/// Scan every `interval`, or sooner when kicked.
+/// Scan every `interval` while [`Replication::needs_scan`], or at once when kicked.
 pub(super) async fn replication_loop(
     ns: std::sync::Arc<Namespace>,
     interval: Duration,
@@ -278,10 +315,13 @@ pub(super) async fn replication_loop(
 ) {
     let interval = interval.max(Duration::from_millis(10));
     loop {
-        tokio::select! {
+        let kicked = tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(interval) => {}
-            _ = ns.repl.kick.notified() => {}
+            _ = tokio::time::sleep(interval) => false,
+            _ = ns.repl.kick.notified() => true,
+        };
+        if !kicked && !ns.repl.needs_scan() {
+            continue;
         }
         let n = ns.clone();
         match tokio::task::spawn_blocking(move || n.replication_scan()).await {

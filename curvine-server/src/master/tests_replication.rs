@@ -238,3 +238,80 @@ fn inflight_copies_are_bounded() {
         assert!(w.copies_in_flight <= 2, "per-worker bound: {w:?}");
     }
 }
+
+#[test]
+fn periodic_scans_run_only_after_a_block_may_have_come_up_short() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = ns_with(d.path(), |_| {});
+    let ids: Vec<u32> = ["a", "b", "c"]
+        .iter()
+        .map(|h| register(&ns, h, (1 << 30, 0), (0, 0)))
+        .collect();
+    assert!(ns.repl.needs_scan(), "a new master scans once");
+    let (block, ws) = two_replica_file(&ns, "/f");
+    assert_eq!(ns.replication_scan().unwrap(), 0);
+    assert!(!ns.repl.needs_scan(), "every block whole, nothing since");
+    // whole files written and deleted change nothing
+    two_replica_file(&ns, "/g");
+    ns.delete("/g", false, &root()).unwrap();
+    assert!(!ns.repl.needs_scan());
+    let replicas = |r: u32| SetAttrRequest {
+        path: "/f".into(),
+        replicas: Some(r),
+        caller: Some(root()),
+        ..Default::default()
+    };
+    ns.set_attr(&replicas(2)).unwrap();
+    assert!(!ns.repl.needs_scan(), "the same replica count");
+    // a file asking for more replicas: scans go on while its copy is in flight
+    ns.set_attr(&replicas(3)).unwrap();
+    assert!(ns.repl.needs_scan());
+    assert_eq!(ns.replication_scan().unwrap(), 1);
+    assert!(ns.repl.needs_scan(), "a copy in flight");
+    let spare = *ids.iter().find(|w| !ws.contains(w)).unwrap();
+    assert_eq!(
+        hb(&ns, spare, HeartbeatRequest::default()).copy_blocks[0].block_id,
+        block
+    );
+    let added = BlockReplica {
+        block_id: block,
+        len: 1000,
+        tier: StorageTier::Mem as i32,
+    };
+    hb(
+        &ns,
+        spare,
+        HeartbeatRequest {
+            added: vec![added],
+            copy_results: vec![CopyResult {
+                block_id: block,
+                ok: true,
+                error: String::new(),
+            }],
+            ..Default::default()
+        },
+    );
+    assert_eq!(ns.replication_scan().unwrap(), 0);
+    assert!(!ns.repl.needs_scan(), "whole again");
+    // a worker reporting a replica gone
+    hb(
+        &ns,
+        ws[0],
+        HeartbeatRequest {
+            removed: vec![block],
+            ..Default::default()
+        },
+    );
+    assert!(ns.repl.needs_scan());
+    ns.set_attr(&replicas(2)).unwrap();
+    assert_eq!(ns.replication_scan().unwrap(), 0);
+    assert!(!ns.repl.needs_scan());
+    // a worker registering (new, restarted or back from a loss)
+    register(&ns, "d", (1 << 30, 0), (0, 0));
+    assert!(ns.repl.needs_scan());
+    assert_eq!(ns.replication_scan().unwrap(), 0);
+    assert!(!ns.repl.needs_scan());
+    // a bad replica, or a lost worker: marked and woken
+    ns.repl.wake();
+    assert!(ns.repl.needs_scan());
+}

@@ -347,6 +347,8 @@ impl Namespace {
             w.pending_deletes.extend(stale.iter().copied());
             w.was_alive = true;
         }
+        // Its replicas are live again, and a copy it was sent may have been lost with it.
+        self.repl.mark();
         info!(
             worker = id,
             host = %self.workers.read().get(&id).map(|w| w.address.host.clone()).unwrap_or_default(),
@@ -484,6 +486,7 @@ impl Namespace {
         block: u64,
     ) -> FsResult<()> {
         txn.del_worker_block(worker, block);
+        self.repl.mark();
         if let Some(mut b) = txn.store.block(block)? {
             let before = b.locs.len();
             b.locs.retain(|l| l.worker_id != worker);
