@@ -277,3 +277,84 @@ fn create_can_allocate_the_first_block() {
     assert!(ns.open("/empty", &root()).unwrap().1.is_empty());
     assert_eq!(ns.counters().blocks, 3, "/one's and /two's");
 }
+
+#[test]
+fn a_full_report_is_compared_with_what_is_recorded() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let w = register(&ns, "h", (1 << 30, 0), (1 << 30, 0));
+    for f in ["/a", "/b", "/c"] {
+        write_file(&ns, f, &[10]);
+    }
+    let block_of = |f: &str| ns.open(f, &root()).unwrap().1[0].block_id;
+    let (a, b) = (block_of("/a"), block_of("/b"));
+    let locs = |f: &str| -> Vec<(u32, i32)> {
+        ns.open(f, &root()).unwrap().1[0]
+            .locations
+            .iter()
+            .map(|l| (l.worker_id, l.tier))
+            .collect()
+    };
+    assert_eq!(locs("/c"), vec![(w, StorageTier::Mem as i32)]);
+    let (low, high) = (
+        BlockId::new(InodeId(1), 5).0,
+        BlockId::new(InodeId(999_999), 0).0,
+    );
+    let rep = |id, tier: StorageTier| BlockReplica {
+        block_id: id,
+        len: 10,
+        tier: tier as i32,
+    };
+    // unsorted, `a` twice, `b` moved to SSD, `c` gone, two blocks the master never had
+    let (r, _) = ns
+        .register_worker(RegisterRequest {
+            worker_id: w,
+            address: Some(WorkerAddress {
+                host: "h".into(),
+                ..Default::default()
+            }),
+            blocks: vec![
+                rep(high, StorageTier::Mem),
+                rep(a, StorageTier::Mem),
+                rep(b, StorageTier::Ssd),
+                rep(low, StorageTier::Mem),
+                rep(a, StorageTier::Mem),
+            ],
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(r.worker_id, w);
+    assert_eq!(locs("/a"), vec![(w, StorageTier::Mem as i32)]);
+    assert_eq!(locs("/b"), vec![(w, StorageTier::Ssd as i32)]);
+    assert_eq!(locs("/c"), vec![]);
+    let mut del = ns
+        .heartbeat(HeartbeatRequest {
+            worker_id: w,
+            ..Default::default()
+        })
+        .unwrap()
+        .0
+        .delete_blocks;
+    del.sort();
+    assert_eq!(del, vec![low, high]);
+    // the same report again changes nothing
+    let again = RegisterRequest {
+        worker_id: w,
+        address: Some(WorkerAddress {
+            host: "h".into(),
+            ..Default::default()
+        }),
+        blocks: vec![rep(a, StorageTier::Mem), rep(b, StorageTier::Ssd)],
+        ..Default::default()
+    };
+    ns.register_worker(again.clone()).unwrap();
+    assert_eq!(locs("/a"), vec![(w, StorageTier::Mem as i32)]);
+    assert_eq!(locs("/b"), vec![(w, StorageTier::Ssd as i32)]);
+    // an empty report forgets everything the worker held
+    ns.register_worker(RegisterRequest {
+        blocks: vec![],
+        ..again
+    })
+    .unwrap();
+    assert_eq!((locs("/a"), locs("/b")), (vec![], vec![]));
+}

@@ -302,8 +302,21 @@ impl Namespace {
             .clone()
             .ok_or_else(|| FsError::invalid("register without an address"))?;
         let known = req.worker_id != 0 && self.workers.read().contains_key(&req.worker_id);
-        // Assign an id and persist the address and the block report's consequences.
-        let reported: Vec<&BlockReplica> = req.blocks.iter().collect();
+        let RegisterRequest {
+            blocks: mut reported,
+            tiers,
+            ..
+        } = req;
+        reported.sort_unstable_by_key(|r| r.block_id);
+        reported.dedup_by_key(|r| r.block_id);
+        let n_reported = reported.len();
+        // A known worker's report is compared with the store before the namespace lock is
+        // taken; only what differs is written under it.
+        let (todo, gone) = if known {
+            self.report_diff(req.worker_id, &reported)?
+        } else {
+            ((0..reported.len()).collect(), Vec::new())
+        };
         let ((id, stale), seq) = self.mutate(0, |txn| {
             let id = if known {
                 req.worker_id
@@ -316,18 +329,14 @@ impl Namespace {
             addr.worker_id = id;
             txn.put_meta(store::worker_key(id), addr.encode_to_vec());
             let mut stale = Vec::new();
-            let mut seen = std::collections::HashSet::new();
-            for r in &reported {
-                seen.insert(r.block_id);
-                if !self.record_replica(txn, id, r)? {
-                    stale.push(r.block_id);
+            for &i in &todo {
+                if !self.record_replica(txn, id, &reported[i])? {
+                    stale.push(reported[i].block_id);
                 }
             }
             // Replicas recorded for this worker but absent from its report are gone.
-            for b in txn.store.worker_blocks(id)? {
-                if !seen.contains(&b) {
-                    self.forget_replica(txn, id, b)?;
-                }
+            for &b in &gone {
+                self.forget_replica(txn, id, b)?;
             }
             Ok((id, stale))
         })?;
@@ -338,7 +347,7 @@ impl Namespace {
                 .or_insert_with(|| new_state(id, address.clone()));
             w.address = address;
             w.address.worker_id = id;
-            w.tiers = req.tiers;
+            w.tiers = tiers;
             w.last_seen = Some(Instant::now());
             w.last_heartbeat_ms = now_ms();
             w.reserved.clear();
@@ -352,7 +361,8 @@ impl Namespace {
         info!(
             worker = id,
             host = %self.workers.read().get(&id).map(|w| w.address.host.clone()).unwrap_or_default(),
-            blocks = req.blocks.len(),
+            blocks = n_reported,
+            changed = todo.len() + gone.len(),
             stale = stale.len(),
             "worker registered"
         );
@@ -445,6 +455,52 @@ impl Namespace {
 
     /// Record that `worker` holds replica `r`. Returns false when the block belongs to
     /// nothing (not recorded, and its owner is not a file being written): delete it.
+    /// Compare a worker's full report (sorted by block id, no repeats) with what the store
+    /// records for it, without the namespace lock: the indices of the replicas to record
+    /// (new, or on another tier) and the blocks recorded but no longer reported. Reading a
+    /// million block records under the lock held every namespace change for 6.5 s when a
+    /// worker restarted; a restarted worker's report mostly matches its record.
+    fn report_diff(
+        &self,
+        worker: u32,
+        reported: &[BlockReplica],
+    ) -> FsResult<(Vec<usize>, Vec<u64>)> {
+        // the store's index of a worker's blocks is in block id order too
+        let recorded = self.store.worker_blocks(worker)?;
+        let (mut todo, mut gone) = (Vec::new(), Vec::new());
+        let mut j = 0;
+        for (i, r) in reported.iter().enumerate() {
+            while recorded.get(j).is_some_and(|&b| b < r.block_id) {
+                gone.push(recorded[j]);
+                j += 1;
+            }
+            let on_record = recorded.get(j) == Some(&r.block_id);
+            if on_record {
+                j += 1;
+            }
+            if !on_record || !self.replica_recorded(worker, r)? {
+                todo.push(i);
+            }
+        }
+        gone.extend_from_slice(&recorded[j.min(recorded.len())..]);
+        Ok((todo, gone))
+    }
+
+    /// Whether `record_replica` would find `r` already recorded as it is.
+    fn replica_recorded(&self, worker: u32, r: &BlockReplica) -> FsResult<bool> {
+        let Some(b) = self.store.block(r.block_id)? else {
+            return Ok(false);
+        };
+        let tier = if r.tier == 0 {
+            b.locs.first().map(|l| l.tier).unwrap_or(0)
+        } else {
+            r.tier
+        };
+        Ok(b.locs
+            .iter()
+            .any(|l| l.worker_id == worker && l.tier == tier))
+    }
+
     fn record_replica(
         &self,
         txn: &mut super::namespace::Txn<'_>,
