@@ -81,6 +81,8 @@ pub(super) struct Txn<'a> {
     /// Leases to grant (inode, client) / release once applied.
     pub grants: Vec<(u64, u64)>,
     pub releases: Vec<u64>,
+    /// A block record was dropped (re-replication's count of missing blocks may change).
+    pub dropped_block: bool,
 }
 
 impl Reader for Txn<'_> {
@@ -157,6 +159,7 @@ impl Txn<'_> {
         }
         self.entry.push(Kind::DelBlock(b.id));
         self.counters.blocks = self.counters.blocks.saturating_sub(1);
+        self.dropped_block = true;
     }
     pub fn put_meta(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.entry.push(Kind::PutMeta(MetaRec { key, value }));
@@ -441,6 +444,7 @@ impl Namespace {
             committed_on: Vec::new(),
             grants: Vec::new(),
             releases: Vec::new(),
+            dropped_block: false,
         };
         let r = f(&mut txn)?;
         if txn.entry.ops.is_empty() && txn.counters == *guard {
@@ -470,6 +474,9 @@ impl Namespace {
             self.workers.queue_delete(d);
         }
         drop(guard);
+        if txn.dropped_block {
+            self.repl.block_dropped();
+        }
         Ok((r, seq))
     }
 

@@ -76,6 +76,14 @@ impl Replication {
         self.kick.notify_one();
     }
 
+    /// A block record was dropped: if some were missing, the next scan counts them again.
+    pub fn block_dropped(&self) {
+        let mut s = self.lock();
+        if s.missing > 0 {
+            s.events += 1;
+        }
+    }
+
     /// Whether a periodic scan could find anything to do.
     pub fn needs_scan(&self) -> bool {
         let s = self.lock();
@@ -253,9 +261,11 @@ impl Namespace {
             let mut s = self.repl.lock();
             s.under = under;
             s.missing = missing;
-            // Missing blocks keep the scans going: they count again when their worker
-            // comes back, or stop counting when their file is deleted.
-            s.clean_at = (under == 0 && missing == 0 && s.inflight.is_empty()).then_some(events);
+            // Missing blocks have no replica to copy from: they do not keep the scans going
+            // (with one replica per file, a worker gone for good would have the master
+            // read its block map every interval). Its return, or their files' deletion,
+            // marks the count stale.
+            s.clean_at = (under == 0 && s.inflight.is_empty()).then_some(events);
         }
         for (w, c) in commands {
             self.workers.queue_copy(w, c);

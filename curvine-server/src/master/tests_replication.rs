@@ -311,6 +311,31 @@ fn periodic_scans_run_only_after_a_block_may_have_come_up_short() {
     assert!(ns.repl.needs_scan());
     assert_eq!(ns.replication_scan().unwrap(), 0);
     assert!(!ns.repl.needs_scan());
+    // a block with no replica left is counted missing, but does not keep scans going
+    let (h, hw) = two_replica_file(&ns, "/h");
+    for w in &hw {
+        hb(
+            &ns,
+            *w,
+            HeartbeatRequest {
+                removed: vec![h],
+                ..Default::default()
+            },
+        );
+    }
+    assert_eq!(ns.replication_scan().unwrap(), 0);
+    assert_eq!(ns.report().missing_blocks, 1);
+    assert!(!ns.repl.needs_scan(), "nothing to copy from");
+    // deleting its file counts it again
+    ns.delete("/h", false, &root()).unwrap();
+    assert!(ns.repl.needs_scan());
+    ns.replication_scan().unwrap();
+    assert_eq!(ns.report().missing_blocks, 0);
+    assert!(!ns.repl.needs_scan());
+    // deletes while nothing is missing do not
+    two_replica_file(&ns, "/i");
+    ns.delete("/i", false, &root()).unwrap();
+    assert!(!ns.repl.needs_scan());
     // a bad replica, or a lost worker: marked and woken
     ns.repl.wake();
     assert!(ns.repl.needs_scan());

@@ -101,11 +101,18 @@ fn lost_worker_is_excluded_and_comes_back() {
     let rep = ns.report();
     assert_eq!(rep.workers.iter().filter(|w| w.alive).count(), 1);
     assert_eq!(rep.capacity, 1 << 29);
+    // its block is missing: a scan counts it, and nothing is left to scan for
+    ns.replication_scan().unwrap();
+    assert_eq!(ns.report().missing_blocks, 1);
+    assert!(!ns.repl.needs_scan());
     ns.heartbeat(HeartbeatRequest {
         worker_id: a,
         ..Default::default()
     })
     .unwrap();
+    assert!(ns.repl.needs_scan(), "a worker back: count again");
+    ns.replication_scan().unwrap();
+    assert_eq!(ns.report().missing_blocks, 0);
     assert_eq!(
         ns.open("/f", &root()).unwrap().1[0].locations[0].worker_id,
         a

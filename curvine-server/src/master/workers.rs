@@ -425,7 +425,8 @@ impl Namespace {
                 seq,
             ));
         };
-        if !w.was_alive {
+        let back = !w.was_alive;
+        if back {
             info!(worker = id, "worker is back");
             w.was_alive = true;
         }
@@ -443,6 +444,11 @@ impl Namespace {
         // this report shows the deletions sent last time; those sent now show next time
         w.freeing_sent = std::mem::take(&mut w.freeing);
         let copy_blocks = std::mem::take(&mut w.pending_copies);
+        drop(m);
+        if back {
+            // its replicas are live again: blocks counted missing may not be
+            self.repl.mark();
+        }
         Ok((
             HeartbeatResponse {
                 delete_blocks,
@@ -453,8 +459,6 @@ impl Namespace {
         ))
     }
 
-    /// Record that `worker` holds replica `r`. Returns false when the block belongs to
-    /// nothing (not recorded, and its owner is not a file being written): delete it.
     /// Compare a worker's full report (sorted by block id, no repeats) with what the store
     /// records for it, without the namespace lock: the indices of the replicas to record
     /// (new, or on another tier) and the blocks recorded but no longer reported. Reading a
@@ -501,6 +505,8 @@ impl Namespace {
             .any(|l| l.worker_id == worker && l.tier == tier))
     }
 
+    /// Record that `worker` holds replica `r`. Returns false when the block belongs to
+    /// nothing (not recorded, and its owner is not a file being written): delete it.
     fn record_replica(
         &self,
         txn: &mut super::namespace::Txn<'_>,
