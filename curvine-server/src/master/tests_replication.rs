@@ -27,6 +27,49 @@ fn hb(ns: &Namespace, w: u32, req: HeartbeatRequest) -> HeartbeatResponse {
     .0
 }
 
+/// A namespace of 2-replica files with three workers; returns it and their ids.
+fn three_workers(dir: &std::path::Path) -> (Namespace, Vec<u32>) {
+    let ns = ns_with(dir, |_| {});
+    let ids = ["a", "b", "c"]
+        .iter()
+        .map(|h| register(&ns, h, (1 << 30, 0), (0, 0)))
+        .collect();
+    (ns, ids)
+}
+
+/// `target` reports its copy of the 1000-byte `block` finished and committed.
+fn copy_done(ns: &Namespace, target: u32, block: u64) {
+    hb(
+        ns,
+        target,
+        HeartbeatRequest {
+            added: vec![BlockReplica {
+                block_id: block,
+                len: 1000,
+                tier: StorageTier::Mem as i32,
+            }],
+            copy_results: vec![CopyResult {
+                block_id: block,
+                ok: true,
+                error: String::new(),
+            }],
+            ..Default::default()
+        },
+    );
+}
+
+/// `w` reports its replica of `block` gone.
+fn replica_gone(ns: &Namespace, w: u32, block: u64) {
+    hb(
+        ns,
+        w,
+        HeartbeatRequest {
+            removed: vec![block],
+            ..Default::default()
+        },
+    );
+}
+
 /// A complete 2-replica file of one 1000-byte block; returns (block, its workers).
 fn two_replica_file(ns: &Namespace, path: &str) -> (u64, Vec<u32>) {
     let c = root();
@@ -103,11 +146,7 @@ fn complete_refuses_a_block_with_too_few_replicas() {
 #[test]
 fn bad_replica_is_removed_and_copied_back() {
     let d = tempfile::tempdir().unwrap();
-    let ns = ns_with(d.path(), |_| {});
-    let ids: Vec<u32> = ["a", "b", "c"]
-        .iter()
-        .map(|h| register(&ns, h, (1 << 30, 0), (0, 0)))
-        .collect();
+    let (ns, ids) = three_workers(d.path());
     let (block, ws) = two_replica_file(&ns, "/f");
     let spare = *ids.iter().find(|w| !ws.contains(w)).unwrap();
     assert_eq!(ns.replication_scan().unwrap(), 0, "fully replicated");
@@ -138,23 +177,7 @@ fn bad_replica_is_removed_and_copied_back() {
     assert_eq!((cmd.block_id, cmd.len), (block, 1000));
     assert_eq!(cmd.source.as_ref().unwrap().worker_id, ws[1]);
     // the target commits it and reports
-    hb(
-        &ns,
-        target,
-        HeartbeatRequest {
-            added: vec![BlockReplica {
-                block_id: block,
-                len: 1000,
-                tier: StorageTier::Mem as i32,
-            }],
-            copy_results: vec![CopyResult {
-                block_id: block,
-                ok: true,
-                error: String::new(),
-            }],
-            ..Default::default()
-        },
-    );
+    copy_done(&ns, target, block);
     assert_eq!(ns.replication_scan().unwrap(), 0);
     let r = ns.report();
     assert_eq!(
@@ -242,11 +265,7 @@ fn inflight_copies_are_bounded() {
 #[test]
 fn periodic_scans_run_only_after_a_block_may_have_come_up_short() {
     let d = tempfile::tempdir().unwrap();
-    let ns = ns_with(d.path(), |_| {});
-    let ids: Vec<u32> = ["a", "b", "c"]
-        .iter()
-        .map(|h| register(&ns, h, (1 << 30, 0), (0, 0)))
-        .collect();
+    let (ns, ids) = three_workers(d.path());
     assert!(ns.repl.needs_scan(), "a new master scans once");
     let (block, ws) = two_replica_file(&ns, "/f");
     assert_eq!(ns.replication_scan().unwrap(), 0);
@@ -273,35 +292,11 @@ fn periodic_scans_run_only_after_a_block_may_have_come_up_short() {
         hb(&ns, spare, HeartbeatRequest::default()).copy_blocks[0].block_id,
         block
     );
-    let added = BlockReplica {
-        block_id: block,
-        len: 1000,
-        tier: StorageTier::Mem as i32,
-    };
-    hb(
-        &ns,
-        spare,
-        HeartbeatRequest {
-            added: vec![added],
-            copy_results: vec![CopyResult {
-                block_id: block,
-                ok: true,
-                error: String::new(),
-            }],
-            ..Default::default()
-        },
-    );
+    copy_done(&ns, spare, block);
     assert_eq!(ns.replication_scan().unwrap(), 0);
     assert!(!ns.repl.needs_scan(), "whole again");
     // a worker reporting a replica gone
-    hb(
-        &ns,
-        ws[0],
-        HeartbeatRequest {
-            removed: vec![block],
-            ..Default::default()
-        },
-    );
+    replica_gone(&ns, ws[0], block);
     assert!(ns.repl.needs_scan());
     ns.set_attr(&replicas(2)).unwrap();
     assert_eq!(ns.replication_scan().unwrap(), 0);
@@ -313,15 +308,8 @@ fn periodic_scans_run_only_after_a_block_may_have_come_up_short() {
     assert!(!ns.repl.needs_scan());
     // a block with no replica left is counted missing, but does not keep scans going
     let (h, hw) = two_replica_file(&ns, "/h");
-    for w in &hw {
-        hb(
-            &ns,
-            *w,
-            HeartbeatRequest {
-                removed: vec![h],
-                ..Default::default()
-            },
-        );
+    for w in hw {
+        replica_gone(&ns, w, h);
     }
     assert_eq!(ns.replication_scan().unwrap(), 0);
     assert_eq!(ns.report().missing_blocks, 1);

@@ -128,6 +128,22 @@ fn lost_worker_is_excluded_and_comes_back() {
     );
 }
 
+/// Worker `w` (host "h") registers again with `blocks` as its full report.
+fn report_blocks(ns: &Namespace, w: u32, blocks: Vec<BlockReplica>) {
+    let (r, _) = ns
+        .register_worker(RegisterRequest {
+            worker_id: w,
+            address: Some(WorkerAddress {
+                host: "h".into(),
+                ..Default::default()
+            }),
+            blocks,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(r.worker_id, w);
+}
+
 #[test]
 fn unknown_reported_blocks_are_queued_for_deletion() {
     let d = tempfile::tempdir().unwrap();
@@ -141,18 +157,7 @@ fn unknown_reported_blocks_are_queued_for_deletion() {
         len: 1,
         tier: StorageTier::Mem as i32,
     };
-    let (r, _) = ns
-        .register_worker(RegisterRequest {
-            worker_id: w,
-            address: Some(WorkerAddress {
-                host: "h".into(),
-                ..Default::default()
-            }),
-            blocks: vec![rep(orphan), rep(in_flight)],
-            ..Default::default()
-        })
-        .unwrap();
-    assert_eq!(r.worker_id, w);
+    report_blocks(&ns, w, vec![rep(orphan), rep(in_flight)]);
     let hb = ns
         .heartbeat(HeartbeatRequest {
             worker_id: w,
@@ -313,24 +318,14 @@ fn a_full_report_is_compared_with_what_is_recorded() {
         tier: tier as i32,
     };
     // unsorted, `a` twice, `b` moved to SSD, `c` gone, two blocks the master never had
-    let (r, _) = ns
-        .register_worker(RegisterRequest {
-            worker_id: w,
-            address: Some(WorkerAddress {
-                host: "h".into(),
-                ..Default::default()
-            }),
-            blocks: vec![
-                rep(high, StorageTier::Mem),
-                rep(a, StorageTier::Mem),
-                rep(b, StorageTier::Ssd),
-                rep(low, StorageTier::Mem),
-                rep(a, StorageTier::Mem),
-            ],
-            ..Default::default()
-        })
-        .unwrap();
-    assert_eq!(r.worker_id, w);
+    let report = |blocks| report_blocks(&ns, w, blocks);
+    report(vec![
+        rep(high, StorageTier::Mem),
+        rep(a, StorageTier::Mem),
+        rep(b, StorageTier::Ssd),
+        rep(low, StorageTier::Mem),
+        rep(a, StorageTier::Mem),
+    ]);
     assert_eq!(locs("/a"), vec![(w, StorageTier::Mem as i32)]);
     assert_eq!(locs("/b"), vec![(w, StorageTier::Ssd as i32)]);
     assert_eq!(locs("/c"), vec![]);
@@ -345,23 +340,10 @@ fn a_full_report_is_compared_with_what_is_recorded() {
     del.sort();
     assert_eq!(del, vec![low, high]);
     // the same report again changes nothing
-    let again = RegisterRequest {
-        worker_id: w,
-        address: Some(WorkerAddress {
-            host: "h".into(),
-            ..Default::default()
-        }),
-        blocks: vec![rep(a, StorageTier::Mem), rep(b, StorageTier::Ssd)],
-        ..Default::default()
-    };
-    ns.register_worker(again.clone()).unwrap();
+    report(vec![rep(a, StorageTier::Mem), rep(b, StorageTier::Ssd)]);
     assert_eq!(locs("/a"), vec![(w, StorageTier::Mem as i32)]);
     assert_eq!(locs("/b"), vec![(w, StorageTier::Ssd as i32)]);
     // an empty report forgets everything the worker held
-    ns.register_worker(RegisterRequest {
-        blocks: vec![],
-        ..again
-    })
-    .unwrap();
+    report(vec![]);
     assert_eq!((locs("/a"), locs("/b")), (vec![], vec![]));
 }
