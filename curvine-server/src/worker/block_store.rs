@@ -275,7 +275,8 @@ impl BlockStore {
     }
 
     /// `begin_write` when it needs no waiting: the first tier it would try has room
-    /// as it is (no eviction, no early heartbeat). None: call `begin_write` instead, off
+    /// as it is (no eviction, no early heartbeat) and does not fsync at commit (by its
+    /// own setting or the worker's). None: call `begin_write` instead, off
     /// the async runtime. What is left is creating the staging file, as cheap as the
     /// metadata calls of a commit.
     pub fn try_begin_write(
@@ -285,8 +286,10 @@ impl BlockStore {
         reserve: u64,
     ) -> FsResult<Option<WriteHandle>> {
         let reserve = self.check_new(id, reserve)?;
-        let tier = self.first_tier(want);
-        if !self.reserve_if_fits(tier, reserve) {
+        let (tier, kind) = self.first_tier(want);
+        // A tier that fsyncs at commit keeps the open off the runtime too: its file
+        // system may be busy flushing.
+        if self.conf.fsync_for(kind) || !self.reserve_if_fits(tier, reserve) {
             return Ok(None);
         }
         self.open_staging(id, tier, reserve).map(Some)
@@ -305,17 +308,18 @@ impl BlockStore {
         })
     }
 
-    /// The index of the first tier at or below `want`.
-    fn first_tier(&self, want: StorageTier) -> usize {
+    /// The index and kind of the first tier at or below `want`.
+    fn first_tier(&self, want: StorageTier) -> (usize, StorageTier) {
         let g = self.lock();
-        match want {
+        let idx = match want {
             StorageTier::Unspecified => 0,
             w => g
                 .tiers
                 .iter()
                 .position(|t| t.tier as i32 >= w as i32)
                 .unwrap_or(g.tiers.len() - 1),
-        }
+        };
+        (idx, g.tiers[idx].tier)
     }
 
     /// Create the staging file of a write of `id` with `reserve` bytes reserved in
@@ -377,7 +381,7 @@ impl BlockStore {
 
     /// Reserve `n` bytes in the first tier at or below `want` that can take it.
     fn reserve_somewhere(&self, want: StorageTier, n: u64) -> FsResult<usize> {
-        let start = self.first_tier(want);
+        let (start, _) = self.first_tier(want);
         let count = self.lock().tiers.len();
         for idx in start..count {
             if self.reserve_in(idx, n) {

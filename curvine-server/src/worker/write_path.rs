@@ -31,16 +31,10 @@ pub(super) async fn handle_write(ctx: &DataCtx, conn: &mut Conn, open: DataHeade
     let want = StorageTier::try_from(open.tier).unwrap_or(StorageTier::Unspecified);
     let store = ctx.store.clone();
     let reserve = open.reserve;
-    // Where the block fits as things are, opening it is a file create, done here as a
-    // commit without fsync is; otherwise it may evict or wait for a heartbeat, in the
-    // blocking pool. Tiers that fsync keep it off the runtime: their file system may be
-    // busy flushing.
-    let fast = if ctx.store.conf().fsync_for(want) {
-        None
-    } else {
-        store.try_begin_write(id, want, reserve)?
-    };
-    let handle = match fast {
+    // Where the block fits as things are, on a tier without fsync, opening it is a file
+    // create, done here as such a commit is; otherwise it may evict, wait for a heartbeat
+    // or meet a busy file system, in the blocking pool.
+    let handle = match store.try_begin_write(id, want, reserve)? {
         Some(h) => h,
         None => tokio::task::spawn_blocking(move || store.begin_write(id, want, reserve))
             .await

@@ -433,4 +433,21 @@ fn a_write_opens_without_waiting_only_where_it_fits_as_things_are() {
         store.try_begin_write(1, StorageTier::Unspecified, 1),
         Err(FsError::AlreadyExists { .. })
     ));
+    // a first tier that fsyncs by its own setting (the worker's is off) is left to
+    // begin_write, also when no tier is asked for
+    let tmp = tempfile::tempdir().unwrap();
+    let mut conf = conf_with(tmp.path(), &["MEM:100KB", "SSD:1MB"]);
+    conf.worker.fsync = curvine_common::conf::FsyncPolicy::None;
+    conf.worker.fsync_mem = Some(curvine_common::conf::FsyncPolicy::OnCommit);
+    conf.worker.fsync_ssd = Some(curvine_common::conf::FsyncPolicy::None);
+    let store = open_store(&conf, "w".into()).unwrap();
+    for want in [StorageTier::Unspecified, StorageTier::Mem] {
+        assert!(store.try_begin_write(4, want, 1024).unwrap().is_none());
+    }
+    assert_eq!(store.lock().tiers[0].reserved, 0);
+    let h = store
+        .try_begin_write(4, StorageTier::Ssd, 1024)
+        .unwrap()
+        .expect("SSD does not fsync");
+    assert_eq!(h.tier(), StorageTier::Ssd);
 }
