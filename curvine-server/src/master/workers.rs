@@ -15,7 +15,7 @@ use prost::Message;
 use tracing::{debug, info, warn};
 
 use super::namespace::{Delete, Namespace, Reader};
-use super::records::Loc;
+use super::records::{BlockRec, Loc};
 use super::store::{self, Store};
 
 pub(super) struct WorkerState {
@@ -486,7 +486,7 @@ impl Namespace {
                 todo.push(i);
             }
         }
-        gone.extend_from_slice(&recorded[j.min(recorded.len())..]);
+        gone.extend_from_slice(&recorded[j..]);
         Ok((todo, gone))
     }
 
@@ -495,11 +495,7 @@ impl Namespace {
         let Some(b) = self.store.block(r.block_id)? else {
             return Ok(false);
         };
-        let tier = if r.tier == 0 {
-            b.locs.first().map(|l| l.tier).unwrap_or(0)
-        } else {
-            r.tier
-        };
+        let tier = reported_tier(r, &b);
         Ok(b.locs
             .iter()
             .any(|l| l.worker_id == worker && l.tier == tier))
@@ -515,11 +511,7 @@ impl Namespace {
     ) -> FsResult<bool> {
         match txn.store.block(r.block_id)? {
             Some(mut b) => {
-                let tier = if r.tier == 0 {
-                    b.locs.first().map(|l| l.tier).unwrap_or(0)
-                } else {
-                    r.tier
-                };
+                let tier = reported_tier(r, &b);
                 match b.locs.iter_mut().find(|l| l.worker_id == worker) {
                     Some(l) if l.tier == tier => return Ok(true),
                     Some(l) => l.tier = tier,
@@ -557,5 +549,15 @@ impl Namespace {
             }
         }
         Ok(())
+    }
+}
+
+/// The tier a reported replica is recorded in: the reported one, or (0, a worker that
+/// does not say) the block's first replica's.
+fn reported_tier(r: &BlockReplica, b: &BlockRec) -> i32 {
+    if r.tier == 0 {
+        b.locs.first().map_or(0, |l| l.tier)
+    } else {
+        r.tier
     }
 }
