@@ -7,6 +7,7 @@
 //! I/O buffers start on a page boundary, as fio's and dd's do (see
 //! `curvine_common::aligned` for what an unaligned buffer costs).
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use curvine_client::stdout::{self, Stdout};
 use curvine_client::{CreateOptions, CurvineFs};
 use curvine_common::aligned::AlignedBuf;
 use curvine_common::conf::parse_size;
@@ -69,10 +71,23 @@ const MANIFEST: &str = "_bench_manifest";
 
 fn main() {
     let args = Args::parse();
-    if let Err(e) = run(args) {
-        eprintln!("curvine-bench: {e:#}");
-        std::process::exit(1);
+    match run(args) {
+        Ok(()) => {}
+        // whoever read our output stopped reading (`curvine-bench ... | head -1`)
+        Err(e) if stdout::is_closed(e.as_ref()) => std::process::exit(stdout::CLOSED_EXIT.into()),
+        Err(e) => {
+            eprintln!("curvine-bench: {e:#}");
+            std::process::exit(1);
+        }
     }
+}
+
+/// `println!` that returns an error, marked as such when the reader has gone, in place of
+/// panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        writeln!(Stdout::lock(), $($arg)*)
+    };
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
@@ -148,14 +163,19 @@ fn pattern(len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn print_throughput(action: &str, bytes: u64, elapsed: Duration, files: usize) {
+fn print_throughput(
+    action: &str,
+    bytes: u64,
+    elapsed: Duration,
+    files: usize,
+) -> std::io::Result<()> {
     let secs = elapsed.as_secs_f64();
     let gib = bytes as f64 / (1u64 << 30) as f64;
     let rate = files as f64 / secs.max(1e-9);
-    println!(
+    say!(
         "{action}: {files} files, {bytes} bytes ({gib:.2} GiB) in {secs:.2} s, {rate:.0} files/s"
-    );
-    println!("{action}: {:.2} GiB/s", gib / secs.max(1e-9));
+    )?;
+    say!("{action}: {:.2} GiB/s", gib / secs.max(1e-9))
 }
 
 async fn fs_write(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
@@ -220,7 +240,7 @@ async fn fs_write(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
         args.file_size * args.file_num as u64,
         elapsed,
         args.file_num,
-    );
+    )?;
     if args.checksum {
         fs.write_file(
             &format!("{}/{MANIFEST}", args.dir),
@@ -228,7 +248,7 @@ async fn fs_write(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
         )
         .await
         .context("write manifest")?;
-        println!("fs.write: checksum {:08x}", total_crc(&all));
+        say!("fs.write: checksum {:08x}", total_crc(&all))?;
     }
     Ok(())
 }
@@ -295,7 +315,7 @@ async fn fs_read(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
         args.file_size * args.file_num as u64,
         elapsed,
         args.file_num,
-    );
+    )?;
     if let Some(expected) = expected {
         compare("fs.read", args, &expected, &all)?;
     }
@@ -353,7 +373,7 @@ fn compare(
         .filter(|(i, c)| expected.get(*i) != Some(c))
         .map(|(i, _)| *i)
         .collect();
-    println!("{action}: checksum {:08x}", total_crc(got));
+    say!("{action}: checksum {:08x}", total_crc(got))?;
     if !bad.is_empty() {
         bail!(
             "checksum mismatch in {} file(s), first {}",
@@ -361,7 +381,7 @@ fn compare(
             file_path(&args.dir, bad[0])
         );
     }
-    println!("{action}: checksum matches the write run");
+    say!("{action}: checksum matches the write run")?;
     Ok(())
 }
 
@@ -464,11 +484,11 @@ fn fuse_write(args: &Args) -> anyhow::Result<()> {
         args.file_size * args.file_num as u64,
         start.elapsed(),
         args.file_num,
-    );
+    )?;
     if args.checksum {
         let m = format!("{}/{MANIFEST}", args.dir);
         std::fs::write(&m, manifest(args, &all)).with_context(|| format!("write {m}"))?;
-        println!("fuse.write: checksum {:08x}", total_crc(&all));
+        say!("fuse.write: checksum {:08x}", total_crc(&all))?;
     }
     Ok(())
 }
@@ -510,7 +530,7 @@ fn fuse_read(args: &Args) -> anyhow::Result<()> {
         args.file_size * args.file_num as u64,
         start.elapsed(),
         args.file_num,
-    );
+    )?;
     if let Some(expected) = expected {
         compare("fuse.read", args, &expected, &all)?;
     }
@@ -584,10 +604,10 @@ async fn meta(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
             _ if dirs > 0 => format!("{n} files in {dirs} directories"),
             _ => format!("{n} files"),
         };
-        println!(
+        say!(
             "meta.{phase}: {what}, {threads} clients, {secs:.2} s, {:.0} ops/s",
             ops as f64 / secs.max(1e-9)
-        );
+        )?;
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ mod options;
 mod pool;
 mod reader;
 pub mod retry;
+pub mod stdout;
 mod writer;
 
 #[cfg(test)]

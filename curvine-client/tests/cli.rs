@@ -1,8 +1,9 @@
 //! The `cv` CLI against a MiniCluster: every `cv fs` command, `cv report`, and the
 //! one-line error with a non-zero exit.
 
+use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use curvine_server::testing::MiniCluster;
 
@@ -55,6 +56,34 @@ fn cv_commands_work_end_to_end() {
     assert!(std::fs::read(&out).unwrap() == body);
     let cat = cv(&conf, &["fs", "cat", "/cli/a/x.bin"]);
     assert!(cat.status.success() && cat.stdout == body);
+    // a reader that stops early (`cv fs cat F | head -c 10`) ends cat quietly, with the
+    // status of a program ended by SIGPIPE; a full disk is still an error
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cv"))
+        .arg("--conf")
+        .arg(&conf)
+        .args(["fs", "cat", "/cli/a/x.bin"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut head = [0u8; 10];
+    child.stdout.take().unwrap().read_exact(&mut head).unwrap();
+    assert_eq!(head[..], body[..10]);
+    let cut = child.wait_with_output().unwrap();
+    assert_eq!(cut.status.code(), Some(141), "{cut:?}");
+    assert!(cut.stderr.is_empty(), "{cut:?}");
+    let full = Command::new(env!("CARGO_BIN_EXE_cv"))
+        .arg("--conf")
+        .arg(&conf)
+        .args(["fs", "cat", "/cli/a/x.bin"])
+        .stdout(std::fs::File::create("/dev/full").unwrap())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&full.stderr);
+    assert!(
+        full.status.code() == Some(1) && err.contains("No space left"),
+        "{full:?}"
+    );
     let stat = ok(&conf, &["fs", "stat", "/cli/a/x.bin"]);
     assert!(stat.contains("3000000"), "{stat}");
     ok(&conf, &["fs", "mv", "/cli/a/x.bin", "/cli/a/b/y.bin"]);

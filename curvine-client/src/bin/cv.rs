@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
+use curvine_client::stdout::{self, Stdout};
 use curvine_client::{
     ClusterConf, CreateOptions, CurvineFs, FileStatus, FileType, FsError, SetAttr, StorageTier,
 };
@@ -118,6 +119,8 @@ fn main() -> ExitCode {
     };
     match rt.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
+        // the reader of our output went away (`cv fs cat F | head`): stop quietly, as cat does
+        Err(e) if stdout::is_closed(e.as_ref()) => ExitCode::from(stdout::CLOSED_EXIT),
         Err(e) => {
             // one line: the outermost context plus the root cause
             let root = e.root_cause().to_string();
@@ -201,7 +204,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn fs_cmd(fs: &CurvineFs, cmd: FsCmd) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = Stdout::lock();
     match cmd {
         FsCmd::Ls { long, path } => {
             let st = fs.lstat(&path).await?;
@@ -395,7 +398,7 @@ async fn du(fs: &CurvineFs, st: &FileStatus) -> anyhow::Result<u64> {
 
 async fn report(fs: &CurvineFs) -> anyhow::Result<()> {
     let r = fs.report().await?;
-    let mut out = std::io::stdout().lock();
+    let mut out = Stdout::lock();
     writeln!(out, "cluster id: {}", r.cluster_id)?;
     writeln!(
         out,
@@ -459,6 +462,7 @@ async fn report(fs: &CurvineFs) -> anyhow::Result<()> {
             )?;
         }
     }
+    out.flush()?;
     if r.workers.is_empty() {
         bail!("no workers registered");
     }
