@@ -230,6 +230,9 @@ impl MasterService for FakeMaster {
     async fn heartbeat(&self, _r: Request<HeartbeatRequest>) -> R<HeartbeatResponse> {
         unimplemented()
     }
+    async fn report_blocks(&self, _r: Request<BlockReportPage>) -> R<BlockReportPageResponse> {
+        unimplemented()
+    }
     async fn report_bad_block(
         &self,
         _r: Request<ReportBadBlockRequest>,

@@ -180,6 +180,8 @@ pub struct WorkerConf {
     pub scrub_interval: Dur,
     /// Re-replication copies this worker receives at once.
     pub copy_concurrency: u32,
+    /// Blocks in one page of the full block report a worker sends when it registers.
+    pub block_report_page: u32,
     /// How long an idle runtime thread polls for the next request before it sleeps
     /// (see [`crate::busy_poll`]); 0 = sleep at once.
     pub busy_poll: Dur,
@@ -219,6 +221,7 @@ impl Default for WorkerConf {
             scrub_rate: ByteSize(32 << 20),
             scrub_interval: Dur(Duration::from_secs(3600)),
             copy_concurrency: 4,
+            block_report_page: 65_536,
             busy_poll: Dur(Duration::from_micros(50)),
         }
     }
@@ -459,6 +462,11 @@ impl ClusterConf {
         }
         if w.chunk_size.0 == 0 || w.chunk_size.0 > (16 << 20) {
             return Err(FsError::config("worker.chunk_size must be in (0, 16MB]"));
+        }
+        if w.block_report_page == 0 || w.block_report_page > 1 << 20 {
+            return Err(FsError::config(
+                "worker.block_report_page must be from 1 to 1048576",
+            ));
         }
         if w.max_frame_size.0 < w.chunk_size.0 {
             return Err(FsError::config(

@@ -72,6 +72,7 @@ macro_rules! master_methods {
             26 Heartbeat HeartbeatRequest HeartbeatResponse heartbeat;
             27 ReportBadBlock ReportBadBlockRequest ReportBadBlockResponse report_bad_block;
             28 Watch WatchRequest WatchResponse watch;
+            29 ReportBlocks BlockReportPage BlockReportPageResponse report_blocks;
         }
     };
 }
@@ -273,6 +274,6 @@ mod tests {
             };
         }
         master_methods!(unique);
-        assert_eq!(ids.len(), 28);
+        assert_eq!(ids.len(), 29);
     }
 }

@@ -220,6 +220,7 @@ enum Call {
     Open(OpenRequest),
     Heartbeat(HeartbeatRequest),
     Register(RegisterRequest),
+    Pages(BlockReportPage),
     BadBlock(ReportBadBlockRequest),
     Xattr(SetXattrRequest),
 }
@@ -377,20 +378,50 @@ fn any_call() -> impl Strategy<Value = Call> {
                     tiers: vec![],
                 })
             }),
-        (any::<u32>(), ".{0,12}", any::<u32>(), ".{0,6}").prop_map(
-            |(worker_id, host, port, cluster_id)| Call::Register(RegisterRequest {
-                // only ids that cannot collide with the real worker's
-                worker_id: worker_id | 0x8000_0000,
-                address: Some(WorkerAddress {
-                    worker_id: 0,
-                    host,
-                    data_port: port
-                }),
-                tiers: vec![],
-                blocks: vec![],
-                cluster_id,
-            })
-        ),
+        (
+            any::<u32>(),
+            ".{0,12}",
+            any::<u32>(),
+            ".{0,6}",
+            any::<bool>()
+        )
+            .prop_map(|(worker_id, host, port, cluster_id, paged)| Call::Register(
+                RegisterRequest {
+                    // only ids that cannot collide with the real worker's
+                    worker_id: worker_id | 0x8000_0000,
+                    address: Some(WorkerAddress {
+                        worker_id: 0,
+                        host,
+                        data_port: port
+                    }),
+                    tiers: vec![],
+                    blocks: vec![],
+                    cluster_id,
+                    paged,
+                }
+            )),
+        (
+            // ids the fuzz's own registrations get, never a real worker's (1..=WORKERS)
+            (WORKERS as u32 + 1)..(WORKERS as u32 + 6),
+            prop_oneof![Just(0u64), any::<u64>()],
+            prop_oneof![Just(u64::MAX), any::<u64>()],
+            proptest::collection::vec((any::<u64>(), any::<u64>(), 0i32..6), 0..4),
+        )
+            .prop_map(|(worker_id, first, last, blocks)| {
+                Call::Pages(BlockReportPage {
+                    worker_id,
+                    first,
+                    last,
+                    blocks: blocks
+                        .into_iter()
+                        .map(|(block_id, len, tier)| BlockReplica {
+                            block_id,
+                            len,
+                            tier,
+                        })
+                        .collect(),
+                })
+            }),
         (any::<u64>(), 0u32..6, ".{0,10}", caller()).prop_map(
             |(block_id, worker_id, reason, caller)| Call::BadBlock(ReportBadBlockRequest {
                 block_id,
@@ -433,6 +464,7 @@ async fn send(c: &mut MasterServiceClient<tonic::transport::Channel>, call: Call
         Call::Open(r) => c.open(r).await.map(drop),
         Call::Heartbeat(r) => c.heartbeat(r).await.map(drop),
         Call::Register(r) => c.register_worker(r).await.map(drop),
+        Call::Pages(r) => c.report_blocks(r).await.map(drop),
         Call::BadBlock(r) => c.report_bad_block(r).await.map(drop),
         Call::Xattr(r) => c.set_xattr(r).await.map(drop),
     };

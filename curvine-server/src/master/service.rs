@@ -245,6 +245,14 @@ impl MasterService for MasterSvc {
         Ok(Response::new(r))
     }
 
+    async fn report_blocks(&self, req: Request<BlockReportPage>) -> Reply<BlockReportPageResponse> {
+        fault_rpc!("master.ReportBlocks", &req);
+        let r = self
+            .durable(self.ns.report_blocks(req.into_inner()))
+            .await?;
+        Ok(Response::new(r))
+    }
+
     async fn heartbeat(&self, req: Request<HeartbeatRequest>) -> Reply<HeartbeatResponse> {
         fault_rpc!("master.Heartbeat", &req);
         let r = self.durable(self.ns.heartbeat(req.into_inner())).await?;

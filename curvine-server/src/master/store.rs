@@ -3,6 +3,7 @@
 //! (`dircache`); writes only through `apply`, which turns one journal entry into one
 //! atomic `WriteBatch` and then brings the cache up to date.
 
+use std::ops::RangeInclusive;
 use std::path::Path;
 
 use curvine_common::{FsError, FsResult};
@@ -287,20 +288,23 @@ impl Store {
         Ok(())
     }
 
-    /// Block ids recorded on `worker` (reverse index).
-    pub fn worker_blocks(&self, worker: u32) -> FsResult<Vec<u64>> {
+    /// Block ids recorded on `worker` within `ids`, in order (reverse index).
+    pub fn worker_blocks(&self, worker: u32, ids: RangeInclusive<u64>) -> FsResult<Vec<u64>> {
         let prefix = worker.to_be_bytes();
+        let start = worker_block_key(worker, *ids.start());
         let mut out = Vec::new();
         for item in self.db.iterator_cf(
             self.cf(CF_WORKER_BLOCKS)?,
-            IteratorMode::From(&prefix, Direction::Forward),
+            IteratorMode::From(&start, Direction::Forward),
         ) {
             let (k, _) = item.map_err(|e| db_err("scan", e))?;
             if !k.starts_with(&prefix) {
                 break;
             }
-            if let Some(b) = be_u64(&k[4..]) {
-                out.push(b);
+            match be_u64(&k[4..]) {
+                Some(b) if b > *ids.end() => break,
+                Some(b) => out.push(b),
+                None => {}
             }
         }
         Ok(out)

@@ -88,6 +88,7 @@ pub(super) fn register(ns: &Namespace, host: &str, mem: (u64, u64), ssd: (u64, u
             tiers,
             blocks: vec![],
             cluster_id: String::new(),
+            paged: false,
         })
         .unwrap();
     r.worker_id

@@ -347,3 +347,84 @@ fn a_full_report_is_compared_with_what_is_recorded() {
     report(vec![]);
     assert_eq!((locs("/a"), locs("/b")), (vec![], vec![]));
 }
+
+#[test]
+fn a_paged_report_forgets_only_within_each_page() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let w = register(&ns, "h", (1 << 30, 0), (1 << 30, 0));
+    for f in ["/a", "/b", "/c", "/d"] {
+        write_file(&ns, f, &[10]);
+    }
+    let block_of = |f: &str| ns.open(f, &root()).unwrap().1[0].block_id;
+    let [a, b, c, d] = ["/a", "/b", "/c", "/d"].map(block_of);
+    assert!(a < b && b < c && c < d);
+    let locs = |f: &str| -> Vec<(u32, i32)> {
+        ns.open(f, &root()).unwrap().1[0]
+            .locations
+            .iter()
+            .map(|l| (l.worker_id, l.tier))
+            .collect()
+    };
+    let mem = vec![(w, StorageTier::Mem as i32)];
+    let rep = |id, tier: StorageTier| BlockReplica {
+        block_id: id,
+        len: 10,
+        tier: tier as i32,
+    };
+    let page = |first, last, blocks| {
+        ns.report_blocks(BlockReportPage {
+            worker_id: w,
+            first,
+            last,
+            blocks,
+        })
+        .map(|(r, _)| r.reregister)
+    };
+    // a paged registration carries no blocks and forgets nothing by itself
+    let again = |blocks| {
+        ns.register_worker(RegisterRequest {
+            worker_id: w,
+            address: Some(WorkerAddress {
+                host: "h".into(),
+                ..Default::default()
+            }),
+            blocks,
+            paged: true,
+            ..Default::default()
+        })
+    };
+    let err = again(vec![rep(a, StorageTier::Mem)]).unwrap_err();
+    assert!(matches!(err, FsError::InvalidArgument { .. }), "{err:?}");
+    assert_eq!(again(vec![]).unwrap().0.worker_id, w);
+    assert_eq!(locs("/b"), mem);
+
+    // the first page, up to b: b is gone, the blocks above b are not touched
+    assert!(!page(0, b, vec![rep(a, StorageTier::Mem)]).unwrap());
+    assert_eq!((locs("/a"), locs("/b")), (mem.clone(), vec![]));
+    assert_eq!((locs("/c"), locs("/d")), (mem.clone(), mem.clone()));
+    // bad pages change nothing: ids the wrong way round, a block outside the page
+    for bad in [
+        page(c, b, vec![]),
+        page(b + 1, u64::MAX, vec![rep(a, StorageTier::Mem)]),
+    ] {
+        assert!(
+            matches!(bad, Err(FsError::InvalidArgument { .. })),
+            "{bad:?}"
+        );
+    }
+    assert_eq!((locs("/c"), locs("/d")), (mem.clone(), mem.clone()));
+    // the last page, to the end: c moved to SSD, d as recorded
+    let last = vec![rep(d, StorageTier::Mem), rep(c, StorageTier::Ssd)];
+    assert!(!page(b + 1, u64::MAX, last).unwrap());
+    assert_eq!(locs("/c"), vec![(w, StorageTier::Ssd as i32)]);
+    assert_eq!((locs("/a"), locs("/d")), (mem.clone(), mem.clone()));
+    // a page from a worker this master does not know asks it to register again
+    let unknown = ns.report_blocks(BlockReportPage {
+        worker_id: w + 100,
+        first: 0,
+        last: u64::MAX,
+        blocks: vec![],
+    });
+    assert!(unknown.unwrap().0.reregister);
+}

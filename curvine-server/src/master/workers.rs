@@ -2,12 +2,14 @@
 //! the worker-facing calls (register with a full block report, heartbeat).
 
 use std::collections::HashMap;
+use std::ops::RangeInclusive;
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use curvine_common::proto::{
-    BlockReplica, CopyCommand, HeartbeatRequest, HeartbeatResponse, RegisterRequest,
-    RegisterResponse, StorageTier, TierReport, WorkerAddress, WorkerReport,
+    BlockReplica, BlockReportPage, BlockReportPageResponse, CopyCommand, HeartbeatRequest,
+    HeartbeatResponse, RegisterRequest, RegisterResponse, StorageTier, TierReport, WorkerAddress,
+    WorkerReport,
 };
 use curvine_common::types::now_ms;
 use curvine_common::{BlockId, FsError, FsResult};
@@ -290,7 +292,31 @@ fn free_in(w: &WorkerState, tier: StorageTier) -> u64 {
 }
 
 impl Namespace {
-    pub fn register_worker(&self, req: RegisterRequest) -> FsResult<(RegisterResponse, u64)> {
+    /// Register a worker: its id, address and tiers, then its full block report, given
+    /// here whole or (`paged`) in `report_blocks` pages that follow.
+    pub fn register_worker(&self, mut req: RegisterRequest) -> FsResult<(RegisterResponse, u64)> {
+        let blocks = std::mem::take(&mut req.blocks);
+        if req.paged && !blocks.is_empty() {
+            return Err(FsError::invalid(
+                "a paged registration sends its blocks in ReportBlocks pages",
+            ));
+        }
+        let paged = req.paged;
+        let (resp, seq) = self.register_address(req)?;
+        if paged {
+            return Ok((resp, seq));
+        }
+        let page = BlockReportPage {
+            worker_id: resp.worker_id,
+            first: 0,
+            last: u64::MAX,
+            blocks,
+        };
+        let (_, report_seq) = self.report_blocks(page)?;
+        Ok((resp, seq.max(report_seq)))
+    }
+
+    fn register_address(&self, req: RegisterRequest) -> FsResult<(RegisterResponse, u64)> {
         if !req.cluster_id.is_empty() && req.cluster_id != self.cluster_id {
             return Err(FsError::invalid(format!(
                 "worker belongs to cluster {}, this master serves {}",
@@ -302,22 +328,7 @@ impl Namespace {
             .clone()
             .ok_or_else(|| FsError::invalid("register without an address"))?;
         let known = req.worker_id != 0 && self.workers.read().contains_key(&req.worker_id);
-        let RegisterRequest {
-            blocks: mut reported,
-            tiers,
-            ..
-        } = req;
-        reported.sort_unstable_by_key(|r| r.block_id);
-        reported.dedup_by_key(|r| r.block_id);
-        let n_reported = reported.len();
-        // A known worker's report is compared with the store before the namespace lock is
-        // taken; only what differs is written under it.
-        let (todo, gone) = if known {
-            self.report_diff(req.worker_id, &reported)?
-        } else {
-            ((0..reported.len()).collect(), Vec::new())
-        };
-        let ((id, stale), seq) = self.mutate(0, |txn| {
+        let (id, seq) = self.mutate(0, |txn| {
             let id = if known {
                 req.worker_id
             } else {
@@ -328,17 +339,7 @@ impl Namespace {
             let mut addr = address.clone();
             addr.worker_id = id;
             txn.put_meta(store::worker_key(id), addr.encode_to_vec());
-            let mut stale = Vec::new();
-            for &i in &todo {
-                if !self.record_replica(txn, id, &reported[i])? {
-                    stale.push(reported[i].block_id);
-                }
-            }
-            // Replicas recorded for this worker but absent from its report are gone.
-            for &b in &gone {
-                self.forget_replica(txn, id, b)?;
-            }
-            Ok((id, stale))
+            Ok(id)
         })?;
         {
             let mut m = self.workers.write();
@@ -347,13 +348,12 @@ impl Namespace {
                 .or_insert_with(|| new_state(id, address.clone()));
             w.address = address;
             w.address.worker_id = id;
-            w.tiers = tiers;
+            w.tiers = req.tiers;
             w.last_seen = Some(Instant::now());
             w.last_heartbeat_ms = now_ms();
             w.reserved.clear();
             w.reserved_blocks.clear();
             w.freeing_sent.clear();
-            w.pending_deletes.extend(stale.iter().copied());
             w.was_alive = true;
         }
         // Its replicas are live again, and a copy it was sent may have been lost with it.
@@ -361,9 +361,7 @@ impl Namespace {
         info!(
             worker = id,
             host = %self.workers.read().get(&id).map(|w| w.address.host.clone()).unwrap_or_default(),
-            blocks = n_reported,
-            changed = todo.len() + gone.len(),
-            stale = stale.len(),
+            paged = req.paged,
             "worker registered"
         );
         Ok((
@@ -373,6 +371,75 @@ impl Namespace {
             },
             seq,
         ))
+    }
+
+    /// One page of a registered worker's full block report: record the replicas that are
+    /// new or moved, forget those recorded in the page's id range that it leaves out, and
+    /// queue the deletion of blocks that belong to nothing.
+    pub fn report_blocks(&self, page: BlockReportPage) -> FsResult<(BlockReportPageResponse, u64)> {
+        let id = page.worker_id;
+        let registered = self
+            .workers
+            .read()
+            .get(&id)
+            .is_some_and(|w| w.last_seen.is_some());
+        if !registered {
+            debug!(worker = id, "block report from an unregistered worker");
+            return Ok((BlockReportPageResponse { reregister: true }, 0));
+        }
+        let ids = page.first..=page.last;
+        if ids.is_empty() {
+            return Err(FsError::invalid(format!(
+                "block report page from {} to {}: its first id is above its last",
+                page.first, page.last
+            )));
+        }
+        let mut reported = page.blocks;
+        if let Some(r) = reported.iter().find(|r| !ids.contains(&r.block_id)) {
+            return Err(FsError::invalid(format!(
+                "block report page from {} to {} holds block {}",
+                page.first, page.last, r.block_id
+            )));
+        }
+        reported.sort_unstable_by_key(|r| r.block_id);
+        reported.dedup_by_key(|r| r.block_id);
+        let (todo, gone) = self.report_diff(id, ids, &reported)?;
+        let (stale, seq) = if todo.is_empty() && gone.is_empty() {
+            (Vec::new(), 0)
+        } else {
+            self.mutate(0, |txn| {
+                let mut stale = Vec::new();
+                for &i in &todo {
+                    if !self.record_replica(txn, id, &reported[i])? {
+                        stale.push(reported[i].block_id);
+                    }
+                }
+                // Replicas recorded for this worker but absent from its report are gone.
+                for &b in &gone {
+                    self.forget_replica(txn, id, b)?;
+                }
+                Ok(stale)
+            })?
+        };
+        let n_stale = stale.len();
+        if let Some(w) = self.workers.write().get_mut(&id) {
+            w.last_seen = Some(Instant::now());
+            w.pending_deletes.extend(stale);
+        }
+        let end = if page.last == u64::MAX {
+            "the end".to_string()
+        } else {
+            page.last.to_string()
+        };
+        let changed = todo.len() + gone.len();
+        if changed + n_stale > 0 {
+            info!(worker = id, from = page.first, to = %end, blocks = reported.len(), changed,
+                stale = n_stale, "block report page");
+        } else {
+            debug!(worker = id, from = page.first, to = %end, blocks = reported.len(),
+                "block report page, all as recorded");
+        }
+        Ok((BlockReportPageResponse { reregister: false }, seq))
     }
 
     pub fn heartbeat(&self, req: HeartbeatRequest) -> FsResult<(HeartbeatResponse, u64)> {
@@ -459,18 +526,19 @@ impl Namespace {
         ))
     }
 
-    /// Compare a worker's full report (sorted by block id, no repeats) with what the store
-    /// records for it, without the namespace lock: the indices of the replicas to record
+    /// Compare a page of a worker's full report (sorted by block id, no repeats, all in
+    /// `ids`) with what the store records for it in `ids`, without the namespace lock: the indices of the replicas to record
     /// (new, or on another tier) and the blocks recorded but no longer reported. Reading a
     /// million block records under the lock held every namespace change for 6.5 s when a
     /// worker restarted; a restarted worker's report mostly matches its record.
     fn report_diff(
         &self,
         worker: u32,
+        ids: RangeInclusive<u64>,
         reported: &[BlockReplica],
     ) -> FsResult<(Vec<usize>, Vec<u64>)> {
         // the store's index of a worker's blocks is in block id order too
-        let recorded = self.store.worker_blocks(worker)?;
+        let recorded = self.store.worker_blocks(worker, ids)?;
         let (mut todo, mut gone) = (Vec::new(), Vec::new());
         let mut j = 0;
         for (i, r) in reported.iter().enumerate() {

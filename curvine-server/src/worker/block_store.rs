@@ -211,15 +211,23 @@ impl BlockStore {
         self.lock().tiers.iter().map(Tier::report).collect()
     }
 
-    /// Every committed block (full block report).
-    pub fn full_report(&self) -> Vec<BlockReplica> {
+    /// The ids of every committed block, in order (the pages of a full block report).
+    pub fn block_ids(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.lock().blocks.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// The replicas among `ids` still held (a page of the full block report).
+    pub fn replicas(&self, ids: &[u64]) -> Vec<BlockReplica> {
         let g = self.lock();
-        g.blocks
-            .iter()
-            .map(|(id, m)| BlockReplica {
-                block_id: *id,
-                len: m.len,
-                tier: g.tiers[m.tier()].tier as i32,
+        ids.iter()
+            .filter_map(|id| {
+                g.blocks.get(id).map(|m| BlockReplica {
+                    block_id: *id,
+                    len: m.len,
+                    tier: g.tiers[m.tier()].tier as i32,
+                })
             })
             .collect()
     }
@@ -426,11 +434,6 @@ impl BlockStore {
     /// Open a block without marking it used (the scrubber must not keep blocks hot).
     pub fn open_read_quiet(&self, id: u64) -> FsResult<BlockReader> {
         self.open_read_inner(id, false)
-    }
-
-    /// Ids of every committed block.
-    pub fn block_ids(&self) -> Vec<u64> {
-        self.lock().blocks.keys().copied().collect()
     }
 
     fn open_read_inner(&self, id: u64, touch: bool) -> FsResult<BlockReader> {

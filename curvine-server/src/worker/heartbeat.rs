@@ -1,6 +1,7 @@
-//! Registration and heartbeats: the worker registers with a full block report (retrying
-//! until the master answers), then heartbeats every `worker.heartbeat_interval` with its
-//! tier reports and the blocks committed/removed since the last delivered heartbeat.
+//! Registration and heartbeats: the worker registers and sends its full block report in
+//! pages of ids in order (retrying until the master answers), then heartbeats every
+//! `worker.heartbeat_interval` with its tier reports and the blocks committed/removed
+//! since the last delivered heartbeat.
 //! It re-registers when the master says it does not know the worker, or after the
 //! master was unreachable (it may have restarted). Blocks the master lists in
 //! `delete_blocks` are deleted and reported as removed in the next heartbeat.
@@ -11,10 +12,10 @@
 //! deletions are about to free would push hot data down a tier for nothing.
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use curvine_common::proto::master_service_client::MasterServiceClient;
-use curvine_common::proto::{HeartbeatRequest, RegisterRequest, WorkerAddress};
+use curvine_common::proto::{BlockReportPage, HeartbeatRequest, RegisterRequest, WorkerAddress};
 use curvine_common::{FsError, FsResult};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -40,6 +41,8 @@ pub struct HeartbeatConf {
     pub rpc_timeout: Duration,
     pub connect_timeout: Duration,
     pub auth_token: String,
+    /// Blocks per page of the full block report (`worker.block_report_page`).
+    pub report_page: usize,
 }
 
 /// Lets code short of space ask the heartbeat task for a heartbeat now, and wait until
@@ -239,21 +242,30 @@ impl Session {
         // Drain the incremental report first: everything committed before this point is
         // in the full report; later commits stay pending for the next heartbeat.
         let (added, removed) = self.store.take_pending();
+        let r = self.register_with(&mut client).await;
+        if r.is_err() {
+            self.store.restore_pending(added, removed);
+        }
+        r
+    }
+
+    /// Register, then send the full block report page by page, each page covering the
+    /// ids from just above the last one to its own last id (the final page: to the end).
+    async fn register_with(&mut self, client: &mut MasterServiceClient<Channel>) -> FsResult<()> {
+        let started = Instant::now();
+        let ids = self.store.block_ids();
         let req = RegisterRequest {
             worker_id: self.worker_id,
             address: Some(self.conf.address.clone()),
             tiers: self.store.tier_reports(),
-            blocks: self.store.full_report(),
+            blocks: Vec::new(),
             cluster_id: self.cluster_id.clone(),
+            paged: true,
         };
-        let nblocks = req.blocks.len();
-        let resp = match client.register_worker(self.request(req)?).await {
-            Ok(r) => r.into_inner(),
-            Err(e) => {
-                self.store.restore_pending(added, removed);
-                return Err(e.into());
-            }
-        };
+        let resp = client
+            .register_worker(self.request(req)?)
+            .await?
+            .into_inner();
         if resp.worker_id != self.worker_id || resp.cluster_id != self.cluster_id {
             let store = self.store.clone();
             let (id, cid) = (resp.worker_id, resp.cluster_id.clone());
@@ -264,7 +276,39 @@ impl Session {
         }
         self.worker_id = resp.worker_id;
         self.cluster_id = resp.cluster_id;
-        info!(worker_id = self.worker_id, blocks = nblocks, master = %self.conf.master_addr,
+        let per_page = self.conf.report_page.max(1);
+        let (mut start, mut first, mut pages) = (0, 0u64, 0);
+        loop {
+            let end = (start + per_page).min(ids.len());
+            let chunk = &ids[start..end];
+            // ids are distinct and in order, so only the final page can hold u64::MAX
+            let last = match chunk.last() {
+                Some(&l) if end < ids.len() => l,
+                _ => u64::MAX,
+            };
+            let page = BlockReportPage {
+                worker_id: self.worker_id,
+                first,
+                last,
+                blocks: self.store.replicas(chunk),
+            };
+            let r = client
+                .report_blocks(self.request(page)?)
+                .await?
+                .into_inner();
+            if r.reregister {
+                return Err(FsError::protocol(
+                    "the master forgot this worker during its block report",
+                ));
+            }
+            pages += 1;
+            if end == ids.len() {
+                break;
+            }
+            (start, first) = (end, last + 1);
+        }
+        info!(worker_id = self.worker_id, blocks = ids.len(), pages,
+            secs = started.elapsed().as_secs_f64(), master = %self.conf.master_addr,
             "registered with the master");
         Ok(())
     }

@@ -94,6 +94,7 @@ pub async fn run(
         rpc_timeout: conf.client.rpc_timeout.get(),
         connect_timeout: conf.client.connect_timeout.get(),
         auth_token: conf.cluster.auth_token.clone(),
+        report_page: conf.worker.block_report_page as usize,
     };
     let bg = Arc::new(replicator::Background::new(conf.worker.copy_concurrency));
     let copy = replicator::CopyCtx {

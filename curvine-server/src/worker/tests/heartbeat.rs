@@ -14,6 +14,8 @@ use crate::worker::heartbeat::AUTH_METADATA_KEY;
 #[derive(Default)]
 struct FakeState {
     registers: Vec<RegisterRequest>,
+    /// Block report pages, each with the number of registrations before it.
+    pages: Vec<(usize, BlockReportPage)>,
     heartbeats: Vec<HeartbeatRequest>,
     /// Blocks to hand out in the next heartbeat reply.
     to_delete: Vec<u64>,
@@ -99,6 +101,15 @@ impl MasterService for FakeMaster {
         }))
     }
 
+    async fn report_blocks(
+        &self,
+        r: Request<BlockReportPage>,
+    ) -> Result<Response<BlockReportPageResponse>, Status> {
+        let page = r.into_inner();
+        self.with(|s| s.pages.push((s.registers.len(), page)));
+        Ok(Response::new(BlockReportPageResponse { reregister: false }))
+    }
+
     async fn heartbeat(
         &self,
         r: Request<HeartbeatRequest>,
@@ -140,6 +151,7 @@ fn worker_conf(root: &Path, master_port: u16) -> ClusterConf {
     conf.master.rpc_port = master_port;
     conf.worker.heartbeat_interval = curvine_common::conf::Dur(Duration::from_millis(50));
     conf.cluster.auth_token = "tok".into();
+    conf.worker.block_report_page = 2;
     conf
 }
 
@@ -205,10 +217,56 @@ async fn registers_heartbeats_and_deletes_on_request() {
     assert_eq!(hb.worker_id, 17);
     assert_eq!(hb.tiers[0].used, 0);
 
-    // the master forgets the worker: it re-registers with its id
+    // the master forgets the worker: it re-registers with its id, and reports its blocks
+    // in pages of two (worker_conf), in id order, covering every id
+    for id in [14, 10, 12, 11, 13] {
+        write_on(&mut s, id, &pattern(CS, id as u8), CS, 0, "tok")
+            .await
+            .unwrap();
+    }
     master.with(|s| s.forget = true);
     assert!(wait_until(10, || master.with(|s| s.registers.len() >= 2)).await);
     assert_eq!(master.with(|s| s.registers[1].worker_id), 17);
+    assert!(master.with(|s| s.registers[1].paged && s.registers[1].blocks.is_empty()));
+    let last_page = |m: &FakeMaster, regs: usize| {
+        m.with(|s| {
+            s.pages
+                .iter()
+                .any(|(r, p)| *r == regs && p.last == u64::MAX)
+        })
+    };
+    assert!(wait_until(10, || last_page(&master, 2)).await);
+    let pages: Vec<(u64, u64, Vec<u64>)> = master.with(|s| {
+        s.pages
+            .iter()
+            .filter(|(r, _)| *r == 2)
+            .map(|(_, p)| {
+                let ids = p.blocks.iter().map(|b| b.block_id).collect();
+                (p.first, p.last, ids)
+            })
+            .collect()
+    });
+    assert_eq!(
+        pages,
+        [
+            (0, 11, vec![10, 11]),
+            (12, 13, vec![12, 13]),
+            (14, u64::MAX, vec![14])
+        ]
+    );
+    let page = master.with(|s| s.pages.last().unwrap().1.clone());
+    assert_eq!(page.worker_id, 17);
+    assert_eq!(page.blocks[0].len, CS as u64);
+    assert_eq!(page.blocks[0].tier, StorageTier::Mem as i32);
+    // the first registration, with no blocks, sent one page covering every id
+    let first: Vec<_> = master.with(|s| {
+        s.pages
+            .iter()
+            .filter(|(r, _)| *r == 1)
+            .map(|(_, p)| (p.first, p.last, p.blocks.len()))
+            .collect()
+    });
+    assert_eq!(first, [(0, u64::MAX, 0)]);
 
     // master restart: the worker comes back and registers again
     mcancel.cancel();

@@ -51,9 +51,13 @@ fn index_is_rebuilt_at_start_and_staging_cleared() {
     drop(g);
     let r = store.open_read(0x1_0000_0003).unwrap();
     assert_eq!(r.crcs, chunk_crcs(&pattern(3 * CS, 3), CS));
-    let mut full = store.full_report();
-    full.sort_by_key(|b| b.block_id);
-    assert_eq!(full.len(), 3);
+    let ids = store.block_ids();
+    assert_eq!(ids, [1, 2, 0x1_0000_0003]);
+    // a page names the replicas still held, with their length and tier
+    let page = store.replicas(&[2, 4, 0x1_0000_0003]);
+    let got: Vec<_> = page.iter().map(|r| (r.block_id, r.len, r.tier)).collect();
+    let mem = StorageTier::Mem as i32;
+    assert_eq!(got, [(2, 0, mem), (0x1_0000_0003, 3 * CS as u64, mem)]);
 }
 
 #[test]
