@@ -575,12 +575,12 @@ fn scan_tier(inner: &mut Inner, idx: usize) {
             let name = f.file_name().to_string_lossy().into_owned();
             if let Some(stem) = name.strip_suffix(".crc") {
                 // sidecars are examined with their block; drop orphans
-                if stem.parse::<u64>().is_err() || !sp.join(stem).exists() {
+                if canonical_id(stem).is_none() || !sp.join(stem).exists() {
                     discard(&p, "orphan or malformed sidecar");
                 }
                 continue;
             }
-            let Ok(id) = name.parse::<u64>() else {
+            let Some(id) = canonical_id(&name) else {
                 discard(&p, "unknown file in blocks dir");
                 continue;
             };
@@ -605,6 +605,13 @@ fn scan_tier(inner: &mut Inner, idx: usize) {
             }
         }
     }
+}
+
+/// A block id written as `block_file` names it (decimal, no sign, no leading zero): a
+/// file named otherwise ("007") would be indexed under an id whose path is not its own.
+fn canonical_id(name: &str) -> Option<u64> {
+    let id = name.parse::<u64>().ok()?;
+    (id.to_string() == name).then_some(id)
 }
 
 fn check_block(p: &Path) -> Result<Sidecar, String> {

@@ -66,13 +66,14 @@ fn blocks_with_missing_or_bad_sidecars_are_discarded_at_start() {
     let conf = conf_with(tmp.path(), &["MEM:1MB"]);
     {
         let store = open_store(&conf, "w".into()).unwrap();
-        for id in 1..=3 {
+        for id in 1..=6 {
             put(&store, id, &pattern(2 * CS, id as u8));
         }
     }
-    let (b1, s1) = block_path(&dirs(&conf), 1).unwrap();
+    let path = |id| block_path(&dirs(&conf), id).unwrap();
+    let (b1, s1) = path(1);
     std::fs::remove_file(&s1).unwrap();
-    let (b2, _) = block_path(&dirs(&conf), 2).unwrap();
+    let (b2, _) = path(2);
     // the data file no longer matches the sidecar's length / chunk count
     std::fs::OpenOptions::new()
         .append(true)
@@ -80,12 +81,42 @@ fn blocks_with_missing_or_bad_sidecars_are_discarded_at_start() {
         .unwrap()
         .write_all_at(&[0u8; 5000], 0)
         .unwrap();
+    // a sidecar one CRC short, with its header intact
+    let (b4, s4) = path(4);
+    let len = std::fs::metadata(&s4).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&s4)
+        .unwrap()
+        .set_len(len - 4)
+        .unwrap();
+    // a sidecar with a bad magic
+    let (b5, s5) = path(5);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&s5)
+        .unwrap()
+        .write_all_at(b"XXXX", 0)
+        .unwrap();
+    // a sidecar whose block is gone
+    let (b6, s6) = path(6);
+    std::fs::remove_file(&b6).unwrap();
+    // a block file and sidecar named as no block is: "007" is not how 7 is written
+    let (b3, s3) = path(3);
+    let odd = b3.with_file_name("007");
+    let odd_sidecar = b3.with_file_name("007.crc");
+    std::fs::copy(&b3, &odd).unwrap();
+    std::fs::copy(&s3, &odd_sidecar).unwrap();
+
     let store = open_store(&conf, "w".into()).unwrap();
-    assert!(store.block_info(1).is_none());
-    assert!(store.block_info(2).is_none());
-    assert!(store.block_info(3).is_some());
-    assert!(!b1.exists() && !b2.exists());
+    assert_eq!(store.block_ids(), [3]);
+    for gone in [&b1, &b2, &b4, &s4, &b5, &s5, &s6, &odd, &odd_sidecar] {
+        assert!(!gone.exists(), "{} is left", gone.display());
+    }
+    assert!(b3.exists() && s3.exists());
     assert_eq!(store.lock().tiers[0].used(), 2 * CS as u64);
+    let r = store.open_read(3).unwrap();
+    assert_eq!(r.crcs, chunk_crcs(&pattern(2 * CS, 3), CS));
 }
 
 #[test]
