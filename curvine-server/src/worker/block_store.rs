@@ -23,7 +23,9 @@ use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use super::heartbeat::EarlyHeartbeat;
-use super::layout::{self, block_file, remove_quiet, sidecar_of, Sidecar, BLOCKS_DIR};
+use super::layout::{
+    self, block_file, canonical_id, remove_quiet, sidecar_of, Sidecar, BLOCKS_DIR,
+};
 use super::tiers::{fs_free_bytes, prepare_dir, Tier};
 
 /// Store settings taken from the worker configuration.
@@ -170,7 +172,11 @@ impl BlockStore {
                 td.capacity.unwrap_or(0),
             ));
         }
-        for idx in 0..dirs.len() {
+        for (idx, td) in dirs.iter().enumerate() {
+            let moved = layout::ensure_sharded(&td.path)?;
+            if moved > 0 {
+                info!(dir = %td.path.display(), files = moved, "block files moved to their shard directories");
+            }
             scan_tier(&mut inner, idx);
         }
         for (td, t) in dirs.iter().zip(inner.tiers.iter_mut()) {
@@ -605,13 +611,6 @@ fn scan_tier(inner: &mut Inner, idx: usize) {
             }
         }
     }
-}
-
-/// A block id written as `block_file` names it (decimal, no sign, no leading zero): a
-/// file named otherwise ("007") would be indexed under an id whose path is not its own.
-fn canonical_id(name: &str) -> Option<u64> {
-    let id = name.parse::<u64>().ok()?;
-    (id.to_string() == name).then_some(id)
 }
 
 fn check_block(p: &Path) -> Result<Sidecar, String> {

@@ -3,11 +3,12 @@
 //! ```text
 //! <tier dir>/worker.id              decimal worker id, written after registration
 //! <tier dir>/cluster.id             cluster id the master handed out
+//! <tier dir>/layout                 "2": every block is in its shard (`ensure_sharded`)
 //! <tier dir>/staging/<id>.<seq>     a block being written (remote or short-circuit);
 //!                                   everything here is deleted at start
 //! <tier dir>/staging/<id>.<seq>.crc its sidecar while the commit is in progress
 //! <tier dir>/blocks/<xx>/<id>       a committed block, xx = two lowercase hex digits
-//!                                   of block_id % 256, <id> = decimal block id
+//!                                   of `shard_of(id)`, <id> = decimal block id
 //! <tier dir>/blocks/<xx>/<id>.crc   its CRC sidecar
 //! <tier dir>/spare/<seq>            (tmpfs tiers) the file of a deleted block, kept for
 //!                                   a new block to write over; deleted at start
@@ -24,6 +25,7 @@ use std::path::{Path, PathBuf};
 
 use curvine_common::checksum::{chunk_count, decode_crcs, encode_crcs};
 use curvine_common::conf::TierDir;
+use curvine_common::types::BLOCK_INDEX_BITS;
 use curvine_common::{FsError, FsResult};
 
 pub const STAGING_DIR: &str = "staging";
@@ -32,13 +34,92 @@ pub const BLOCKS_DIR: &str = "blocks";
 pub const SPARE_DIR: &str = "spare";
 pub const WORKER_ID_FILE: &str = "worker.id";
 pub const CLUSTER_ID_FILE: &str = "cluster.id";
+/// Written once every block of the tier is in the shard `shard_of` gives it.
+pub const LAYOUT_FILE: &str = "layout";
+const LAYOUT: &str = "2";
 pub const SIDECAR_EXT: &str = "crc";
 const SIDECAR_MAGIC: &[u8; 4] = b"CVC1";
 const SIDECAR_HEADER: usize = 16;
 
-/// Shard directory name of a block: `block_id % 256` as two hex digits.
+/// The shard directory of a block: the low byte of its file's inode number mixed with
+/// its index in the file, so that the blocks of one-block files spread over all 256.
+/// (Until session 22 it was `block_id % 256`, the index alone: every block that began a
+/// file went to shard 00. `migrate_shards` moves blocks left there.)
+pub fn shard_of(block_id: u64) -> u8 {
+    (block_id ^ (block_id >> BLOCK_INDEX_BITS)) as u8
+}
+
+/// Shard directory name of a block: `shard_of` as two hex digits.
 pub fn shard_name(block_id: u64) -> String {
-    format!("{:02x}", block_id % 256)
+    format!("{:02x}", shard_of(block_id))
+}
+
+/// A block id written as `block_file` names it (decimal, no sign, no leading zero): a
+/// file named otherwise ("007") would be indexed under an id whose path is not its own.
+pub fn canonical_id(name: &str) -> Option<u64> {
+    let id = name.parse::<u64>().ok()?;
+    (id.to_string() == name).then_some(id)
+}
+
+/// Make sure every block of the tier at `dir` is in its shard directory: unless its
+/// `layout` file says so already, move those that are not (`migrate_shards`), then
+/// write it. Returns the files moved.
+pub fn ensure_sharded(dir: &Path) -> FsResult<u64> {
+    let marker = dir.join(LAYOUT_FILE);
+    if fs::read_to_string(&marker).is_ok_and(|s| s.trim() == LAYOUT) {
+        return Ok(0);
+    }
+    let blocks = dir.join(BLOCKS_DIR);
+    let moved = migrate_shards(&blocks).map_err(|e| {
+        FsError::io(format!(
+            "cannot move blocks into their shard directories under {}: {e}",
+            blocks.display()
+        ))
+    })?;
+    write_atomic(&marker, LAYOUT.as_bytes())?;
+    Ok(moved)
+}
+
+/// Move every block file and sidecar under `blocks` that is not in its shard directory
+/// (an older layout, or a move cut short by a crash) into it. Each file is renamed on its
+/// own, so a crash leaves each either where it was or where it belongs, and the next
+/// start finishes the job; pairs are matched up only after this has run. Returns the
+/// files moved. Names that are not block ids are left for the index scan to discard.
+pub fn migrate_shards(blocks: &Path) -> io::Result<u64> {
+    let mut made = [false; 256];
+    let mut moved = 0;
+    for shard in fs::read_dir(blocks)? {
+        let shard = shard?;
+        if !shard.file_type()?.is_dir() {
+            continue;
+        }
+        let here = shard.file_name();
+        for f in fs::read_dir(shard.path())? {
+            let f = f?;
+            let name = f.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let stem = name
+                .strip_suffix(SIDECAR_EXT)
+                .and_then(|s| s.strip_suffix('.'))
+                .unwrap_or(name);
+            let Some(id) = canonical_id(stem) else {
+                continue;
+            };
+            let want = shard_name(id);
+            if here.to_str() == Some(want.as_str()) {
+                continue;
+            }
+            let dir = blocks.join(&want);
+            let s = usize::from(shard_of(id));
+            if !made[s] {
+                fs::create_dir_all(&dir)?;
+                made[s] = true;
+            }
+            fs::rename(f.path(), dir.join(name))?;
+            moved += 1;
+        }
+    }
+    Ok(moved)
 }
 
 /// Committed block file of `block_id` under the tier directory `dir`.
@@ -179,5 +260,13 @@ mod tests {
         let p = block_file(Path::new("/t"), 0x1ff);
         assert_eq!(p, PathBuf::from("/t/blocks/ff/511"));
         assert_eq!(sidecar_of(&p), PathBuf::from("/t/blocks/ff/511.crc"));
+        // first blocks of files (index 0) spread by their inode
+        let first = |inode: u64| shard_of(inode << BLOCK_INDEX_BITS);
+        let shards: std::collections::HashSet<u8> = (1..=256).map(first).collect();
+        assert_eq!(shards.len(), 256);
+        // and a file's blocks by their index
+        let (a, b) = ((7 << BLOCK_INDEX_BITS) | 1, (7 << BLOCK_INDEX_BITS) | 2);
+        assert_eq!(shard_name(a), "06");
+        assert_eq!(shard_name(b), "05");
     }
 }

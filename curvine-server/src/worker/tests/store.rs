@@ -120,6 +120,62 @@ fn blocks_with_missing_or_bad_sidecars_are_discarded_at_start() {
 }
 
 #[test]
+fn blocks_in_the_old_shard_layout_are_moved_at_start() {
+    use crate::worker::layout::shard_name;
+    let tmp = tempfile::tempdir().unwrap();
+    let conf = conf_with(tmp.path(), &["MEM:1MB"]);
+    // first blocks of three files: shards 05, 09 and 00 now; all 00 (id % 256) before
+    let (a, b, c) = (5u64 << 24, 9u64 << 24, 0x100u64 << 24);
+    {
+        let store = open_store(&conf, "w".into()).unwrap();
+        for (i, id) in [a, b, c].into_iter().enumerate() {
+            put(&store, id, &pattern(CS + 1, i as u8));
+        }
+    }
+    assert_eq!(
+        (shard_name(a), shard_name(b), shard_name(c)),
+        ("05".into(), "09".into(), "00".into())
+    );
+    let blocks = tmp.path().join("t0").join("blocks");
+    let old = blocks.join("00");
+    // as an older worker left it: no layout file, `a` wholly in the old shard, and `b`
+    // split as a crash mid-move would leave it (its sidecar still there)
+    std::fs::remove_file(tmp.path().join("t0").join("layout")).unwrap();
+    let (ba, sa) = block_path(&dirs(&conf), a).unwrap();
+    let (_, sb) = block_path(&dirs(&conf), b).unwrap();
+    for f in [&ba, &sa, &sb] {
+        std::fs::rename(f, old.join(f.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(old.join("junk"), b"x").unwrap();
+
+    let store = open_store(&conf, "w".into()).unwrap();
+    let mut want = vec![a, b, c];
+    want.sort();
+    assert_eq!(store.block_ids(), want);
+    for (i, id) in [a, b, c].into_iter().enumerate() {
+        let (data, sidecar) = block_path(&dirs(&conf), id).unwrap();
+        assert!(data.starts_with(blocks.join(shard_name(id))) && sidecar.exists());
+        let r = store.open_read(id).unwrap();
+        let mut buf = vec![0u8; CS + 1];
+        r.file.read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(buf, pattern(CS + 1, i as u8));
+    }
+    // what is left in 00 is `c`, which belongs there; the stray file is gone
+    let mut left: Vec<String> = std::fs::read_dir(&old)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(left, [c.to_string(), format!("{c}.crc")]);
+    assert_eq!(store.lock().tiers[0].used(), 3 * (CS as u64 + 1));
+    // the tier says so, and later starts skip the move
+    let layout = tmp.path().join("t0").join("layout");
+    assert_eq!(std::fs::read_to_string(&layout).unwrap(), "2");
+    drop(store);
+    assert_eq!(open_store(&conf, "w".into()).unwrap().block_ids(), want);
+}
+
+#[test]
 fn background_eviction_brings_a_tier_below_its_low_watermark() {
     let tmp = tempfile::tempdir().unwrap();
     let mut conf = conf_with(tmp.path(), &["MEM:100KB", "SSD:1MB"]);
