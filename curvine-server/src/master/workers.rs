@@ -1,5 +1,5 @@
 //! Worker registry: addresses, per-tier capacity, liveness, queued block deletions, and
-//! the worker-facing calls (register with a full block report, heartbeat).
+//! the worker-facing calls (register, the full block report in pages, heartbeat).
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
@@ -527,10 +527,11 @@ impl Namespace {
     }
 
     /// Compare a page of a worker's full report (sorted by block id, no repeats, all in
-    /// `ids`) with what the store records for it in `ids`, without the namespace lock: the indices of the replicas to record
-    /// (new, or on another tier) and the blocks recorded but no longer reported. Reading a
-    /// million block records under the lock held every namespace change for 6.5 s when a
-    /// worker restarted; a restarted worker's report mostly matches its record.
+    /// `ids`) with what the store records for it in `ids`, without the namespace lock:
+    /// the indices of the replicas to record (new, or on another tier) and the blocks
+    /// recorded but no longer reported. Reading a million block records under the lock
+    /// held every namespace change for 6.5 s when a worker restarted; a restarted
+    /// worker's report mostly matches its record.
     fn report_diff(
         &self,
         worker: u32,
