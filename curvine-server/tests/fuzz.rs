@@ -225,6 +225,16 @@ enum Call {
     Xattr(SetXattrRequest),
 }
 
+fn replicas(v: Vec<(u64, u64, i32)>) -> Vec<BlockReplica> {
+    v.into_iter()
+        .map(|(block_id, len, tier)| BlockReplica {
+            block_id,
+            len,
+            tier,
+        })
+        .collect()
+}
+
 fn any_call() -> impl Strategy<Value = Call> {
     let id = prop_oneof![Just(0u64), 1u64..64, any::<u64>()];
     prop_oneof![
@@ -356,14 +366,7 @@ fn any_call() -> impl Strategy<Value = Call> {
             .prop_map(|(worker_id, added, removed, results, scrubbed_bytes)| {
                 Call::Heartbeat(HeartbeatRequest {
                     worker_id,
-                    added: added
-                        .into_iter()
-                        .map(|(block_id, len, tier)| BlockReplica {
-                            block_id,
-                            len,
-                            tier,
-                        })
-                        .collect(),
+                    added: replicas(added),
                     removed,
                     copy_results: results
                         .into_iter()
@@ -412,14 +415,7 @@ fn any_call() -> impl Strategy<Value = Call> {
                     worker_id,
                     first,
                     last,
-                    blocks: blocks
-                        .into_iter()
-                        .map(|(block_id, len, tier)| BlockReplica {
-                            block_id,
-                            len,
-                            tier,
-                        })
-                        .collect(),
+                    blocks: replicas(blocks),
                 })
             }),
         (any::<u64>(), 0u32..6, ".{0,10}", caller()).prop_map(

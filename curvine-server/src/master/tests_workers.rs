@@ -290,6 +290,15 @@ fn create_can_allocate_the_first_block() {
     assert_eq!(ns.counters().blocks, 3, "/one's and /two's");
 }
 
+/// (worker, tier) of each replica of the first block of `f`.
+fn first_block_locs(ns: &Namespace, f: &str) -> Vec<(u32, i32)> {
+    ns.open(f, &root()).unwrap().1[0]
+        .locations
+        .iter()
+        .map(|l| (l.worker_id, l.tier))
+        .collect()
+}
+
 #[test]
 fn a_full_report_is_compared_with_what_is_recorded() {
     let d = tempfile::tempdir().unwrap();
@@ -300,13 +309,7 @@ fn a_full_report_is_compared_with_what_is_recorded() {
     }
     let block_of = |f: &str| ns.open(f, &root()).unwrap().1[0].block_id;
     let (a, b) = (block_of("/a"), block_of("/b"));
-    let locs = |f: &str| -> Vec<(u32, i32)> {
-        ns.open(f, &root()).unwrap().1[0]
-            .locations
-            .iter()
-            .map(|l| (l.worker_id, l.tier))
-            .collect()
-    };
+    let locs = |f: &str| first_block_locs(&ns, f);
     assert_eq!(locs("/c"), vec![(w, StorageTier::Mem as i32)]);
     let (low, high) = (
         BlockId::new(InodeId(1), 5).0,
@@ -359,13 +362,7 @@ fn a_paged_report_forgets_only_within_each_page() {
     let block_of = |f: &str| ns.open(f, &root()).unwrap().1[0].block_id;
     let [a, b, c, d] = ["/a", "/b", "/c", "/d"].map(block_of);
     assert!(a < b && b < c && c < d);
-    let locs = |f: &str| -> Vec<(u32, i32)> {
-        ns.open(f, &root()).unwrap().1[0]
-            .locations
-            .iter()
-            .map(|l| (l.worker_id, l.tier))
-            .collect()
-    };
+    let locs = |f: &str| first_block_locs(&ns, f);
     let mem = vec![(w, StorageTier::Mem as i32)];
     let rep = |id, tier: StorageTier| BlockReplica {
         block_id: id,

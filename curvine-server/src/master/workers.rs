@@ -373,17 +373,20 @@ impl Namespace {
         ))
     }
 
+    /// Whether worker `id` registered with this master instance.
+    fn registered(&self, id: u32) -> bool {
+        self.workers
+            .read()
+            .get(&id)
+            .is_some_and(|w| w.last_seen.is_some())
+    }
+
     /// One page of a registered worker's full block report: record the replicas that are
     /// new or moved, forget those recorded in the page's id range that it leaves out, and
     /// queue the deletion of blocks that belong to nothing.
     pub fn report_blocks(&self, page: BlockReportPage) -> FsResult<(BlockReportPageResponse, u64)> {
         let id = page.worker_id;
-        let registered = self
-            .workers
-            .read()
-            .get(&id)
-            .is_some_and(|w| w.last_seen.is_some());
-        if !registered {
+        if !self.registered(id) {
             debug!(worker = id, "block report from an unregistered worker");
             return Ok((BlockReportPageResponse { reregister: true }, 0));
         }
@@ -444,12 +447,7 @@ impl Namespace {
 
     pub fn heartbeat(&self, req: HeartbeatRequest) -> FsResult<(HeartbeatResponse, u64)> {
         let id = req.worker_id;
-        let registered = self
-            .workers
-            .read()
-            .get(&id)
-            .is_some_and(|w| w.last_seen.is_some());
-        if !registered {
+        if !self.registered(id) {
             debug!(worker = id, "heartbeat from an unregistered worker");
             return Ok((
                 HeartbeatResponse {
