@@ -47,10 +47,6 @@ impl Write for Stdout {
         self.0.write(buf).map_err(mark)
     }
 
-    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.0.write_all(buf).map_err(mark)
-    }
-
     fn flush(&mut self) -> io::Result<()> {
         self.0.flush().map_err(mark)
     }
@@ -60,10 +56,8 @@ impl Write for Stdout {
 /// its reader.
 pub fn is_closed(e: &(dyn Error + 'static)) -> bool {
     let mut cur = Some(e);
+    // the marker sits inside an `io::Error`, whose `source()` skips it: look there
     while let Some(e) = cur {
-        if e.is::<StdoutClosed>() {
-            return true;
-        }
         if let Some(io) = e.downcast_ref::<io::Error>() {
             if io.get_ref().is_some_and(|inner| inner.is::<StdoutClosed>()) {
                 return true;
