@@ -88,6 +88,9 @@ pub struct MasterConf {
     /// memory, so resolving a path reads only its last component from RocksDB.
     /// 0 = none.
     pub dir_cache_entries: usize,
+    /// Bytes of file inodes (and of the edges naming them) the master keeps encoded in
+    /// memory, so a stat of a cached file reads nothing from RocksDB. 0 = none.
+    pub file_cache: ByteSize,
     /// Threads of the master's runtime; 0 = one per core.
     pub threads: usize,
     /// Unix socket for clients on the master's host (empty = none). The master listens
@@ -120,6 +123,7 @@ impl Default for MasterConf {
             meta_write_buffer: ByteSize(8 << 20),
             meta_cache: ByteSize(1 << 20),
             dir_cache_entries: 65536,
+            file_cache: ByteSize(16 << 20),
             threads: 1,
             local_socket: PathBuf::new(),
             busy_poll: Dur(Duration::from_micros(50)),

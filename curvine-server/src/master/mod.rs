@@ -10,9 +10,9 @@
 mod attrs;
 pub mod auth;
 mod changes;
-mod dircache;
 mod files;
 mod framed;
+mod inode_cache;
 mod lease;
 mod namespace;
 mod records;

@@ -376,6 +376,7 @@ impl Namespace {
             conf.meta_write_buffer.0,
             conf.meta_cache.0,
             conf.dir_cache_entries,
+            usize::try_from(conf.file_cache.0).unwrap_or(usize::MAX),
         )?);
         if !store.is_formatted()? {
             format(&store)?;

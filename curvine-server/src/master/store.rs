@@ -1,6 +1,6 @@
 //! RocksDB store: column families `inodes`, `edges`, `blocks`, `worker_blocks`, `meta`.
-//! Reads go to RocksDB (thread safe), directories through an in-memory cache in front
-//! (`dircache`); writes only through `apply`, which turns one journal entry into one
+//! Reads go to RocksDB (thread safe), through an in-memory cache of inodes in front
+//! (`inode_cache`); writes only through `apply`, which turns one journal entry into one
 //! atomic `WriteBatch` and then brings the cache up to date.
 
 use std::ops::RangeInclusive;
@@ -12,7 +12,7 @@ use rocksdb::{
     ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB,
 };
 
-use super::dircache::{Cached, DirCache};
+use super::inode_cache::{Cached, InodeCache};
 use super::records::{op::Kind, BlockRec, Counters, InodeRec, JournalEntry};
 
 pub const CF_INODES: &str = "inodes";
@@ -71,8 +71,8 @@ fn be_u64(v: &[u8]) -> Option<u64> {
 
 pub struct Store {
     db: DB,
-    /// Directory inodes and the edges naming them, in front of `db`.
-    dirs: DirCache,
+    /// Directories, small files and the edges naming them, in front of `db`.
+    cache: InodeCache,
     /// The options of every point get, made once: RocksDB's C API allocates a fresh
     /// set per call otherwise.
     read: rocksdb::ReadOptions,
@@ -80,9 +80,15 @@ pub struct Store {
 
 impl Store {
     /// Open (creating if needed) the store in `dir`, with at most `write_buffer` bytes
-    /// of memtables (all column families), a `cache`-byte block cache and up to
-    /// `dir_cache` directories held in memory.
-    pub fn open(dir: &Path, write_buffer: u64, cache: u64, dir_cache: usize) -> FsResult<Store> {
+    /// of memtables (all column families), a `cache`-byte block cache, and up to
+    /// `dir_cache` directories and `file_cache` bytes of files held in memory.
+    pub fn open(
+        dir: &Path,
+        write_buffer: u64,
+        cache: u64,
+        dir_cache: usize,
+        file_cache: usize,
+    ) -> FsResult<Store> {
         std::fs::create_dir_all(dir)
             .map_err(|e| FsError::io_ctx(format!("create {}", dir.display()), e))?;
         let mut opts = Options::default();
@@ -140,7 +146,7 @@ impl Store {
             .map_err(|e| db_err(&format!("open {}", dir.display()), e))?;
         Ok(Store {
             db,
-            dirs: DirCache::new(dir_cache),
+            cache: InodeCache::new(dir_cache, file_cache),
             read: rocksdb::ReadOptions::default(),
         })
     }
@@ -166,17 +172,21 @@ impl Store {
     }
 
     pub fn inode(&self, id: u64) -> FsResult<Option<InodeRec>> {
-        let gen = match self.dirs.inode(id) {
+        let gen = match self.cache.inode(id) {
             Cached::Hit(i) => return Ok(Some(i)),
             Cached::Miss(gen) => gen,
         };
-        let rec = self.inode_uncached(id)?;
-        if let Some(i) = &rec {
-            self.dirs.fill_inode(gen, i);
+        match self.get_raw(CF_INODES, &id.to_be_bytes())? {
+            Some(v) => {
+                let i = InodeRec::decode(&*v).map_err(|e| decode_err("inode", e))?;
+                self.cache.fill_inode(gen, &i, &v);
+                Ok(Some(i))
+            }
+            None => Ok(None),
         }
-        Ok(rec)
     }
 
+    #[cfg(test)]
     fn inode_uncached(&self, id: u64) -> FsResult<Option<InodeRec>> {
         match self.get_raw(CF_INODES, &id.to_be_bytes())? {
             Some(v) => Ok(Some(
@@ -203,7 +213,7 @@ impl Store {
 
     pub fn child(&self, parent: u64, name: &str) -> FsResult<Option<u64>> {
         let key = edge_key(parent, name);
-        let gen = match self.dirs.child(&key) {
+        let gen = match self.cache.child(&key) {
             Cached::Hit(c) => return Ok(Some(c)),
             Cached::Miss(gen) => gen,
         };
@@ -211,7 +221,7 @@ impl Store {
             Some(v) => {
                 let c =
                     be_u64(&v).ok_or_else(|| FsError::internal("metadata store: corrupt edge"))?;
-                self.dirs.fill_child(gen, &key, c);
+                self.cache.fill_child(gen, &key, c);
                 Ok(Some(c))
             }
             None => Ok(None),
@@ -373,15 +383,15 @@ impl Store {
         let res = self.db.write_opt(b, &wo).map_err(|e| db_err("write", e));
         // Even a failed write bumps the generation: reads racing it are not kept.
         let none = JournalEntry::default();
-        self.dirs.applied(if res.is_ok() { entry } else { &none });
+        self.cache.applied(if res.is_ok() { entry } else { &none });
         res
     }
 
-    /// Every cached directory and edge equals what RocksDB holds.
+    /// Every cached inode and edge equals what RocksDB holds.
     #[cfg(test)]
-    pub fn check_dir_cache(&self) {
-        let (dirs, edges) = self.dirs.snapshot();
-        for d in dirs {
+    pub fn check_cache(&self) {
+        let (inodes, edges) = self.cache.snapshot();
+        for d in inodes {
             assert_eq!(self.inode_uncached(d.id).unwrap(), Some(d), "cached inode");
         }
         for (k, c) in edges {
@@ -436,7 +446,7 @@ mod tests {
     fn point_gets_in_a_large_table_read_small_blocks() {
         const N: u64 = 600_000;
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), 4 << 20, 4 << 20, 0).unwrap();
+        let store = Store::open(dir.path(), 4 << 20, 4 << 20, 0, 0).unwrap();
         for start in (0..N).step_by(50_000) {
             let mut e = JournalEntry::default();
             // ids out of order, so the flushed tables overlap and compact into one

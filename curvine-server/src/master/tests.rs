@@ -817,8 +817,8 @@ fn complete_keeps_the_writers_mtime() {
 fn tree(ns: &Namespace, p: &str, out: &mut Vec<String>) {
     let st = ns.get_status(p, false, &root()).unwrap();
     out.push(format!(
-        "{p} id={} type={} mode={:o} mtime={} children={}",
-        st.id, st.file_type, st.mode, st.mtime_ms, st.children
+        "{p} id={} type={} mode={:o} mtime={} children={} len={} nlink={}",
+        st.id, st.file_type, st.mode, st.mtime_ms, st.children, st.len, st.nlink
     ));
     if st.file_type == FileType::Dir as i32 {
         for n in names(ns, p) {
@@ -828,14 +828,14 @@ fn tree(ns: &Namespace, p: &str, out: &mut Vec<String>) {
 }
 
 #[test]
-fn directory_cache_follows_every_change() {
+fn inode_cache_follows_every_change() {
     let d = tempfile::tempdir().unwrap();
     let c = root();
     let mut seen = Vec::new();
     {
         let ns = open(d.path());
-        // A fixed pseudo-random mix of directory changes over a few names, so renames,
-        // exchanges and deletes keep hitting directories the cache holds.
+        // A fixed pseudo-random mix of changes over a few names, so renames, exchanges,
+        // links and deletes keep hitting directories and files the cache holds.
         let mut x: u64 = 0x2545_f491_4f6c_dd1d;
         let mut next = |n: u64| {
             x ^= x << 13;
@@ -850,9 +850,9 @@ fn directory_cache_follows_every_change() {
                 .map(|_| names[next(3) as usize])
                 .fold(String::new(), |p, n| p + "/" + n)
         }
-        for _ in 0..3000 {
+        for _ in 0..4000 {
             let (p, q) = (path(&names, &mut next), path(&names, &mut next));
-            let _ = match next(7) {
+            let _ = match next(13) {
                 0 | 1 => ns.mkdir(&p, true, 0o755, &c).map(drop),
                 2 => ns.rename(&p, &q, 0, &c).map(drop),
                 3 => ns.rename(&p, &q, RENAME_EXCHANGE, &c).map(drop),
@@ -865,9 +865,22 @@ fn directory_cache_follows_every_change() {
                         ..Default::default()
                     })
                     .map(drop),
+                6 => ns.create(&create_req(&p, &c)).and_then(|((st, _), _)| {
+                    ns.complete(&CompleteRequest {
+                        file_id: st.id,
+                        path: p.clone(),
+                        caller: Some(c.clone()),
+                        ..Default::default()
+                    })
+                    .map(drop)
+                }),
+                7 => ns.link(&p, &q, &c).map(drop),
+                8 => ns.symlink(&q, &p, &c).map(drop),
+                9 => ns.truncate(&p, next(5000), &c).map(drop),
+                10 => ns.get_status(&p, false, &c).map(drop),
                 _ => ns.get_status(&p, true, &c).map(drop),
             };
-            ns.store.check_dir_cache();
+            ns.store.check_cache();
         }
         tree(&ns, "/", &mut seen);
     }
@@ -876,8 +889,9 @@ fn directory_cache_follows_every_change() {
     let mut cold = Vec::new();
     tree(&ns, "/", &mut cold);
     assert_eq!(seen, cold);
+    let files = seen.iter().filter(|l| l.contains(" type=1 ")).count();
     assert!(
-        seen.len() > 3,
+        seen.len() > 5 && files > 1,
         "the mix left too little to compare: {seen:?}"
     );
 }
