@@ -34,11 +34,13 @@ impl Stdout {
     }
 }
 
+/// Mark a broken pipe as `StdoutClosed`, and name standard output in other errors (of
+/// the same kind, so `write_all` still retries an interrupted write).
 fn mark(e: io::Error) -> io::Error {
-    if e.kind() == io::ErrorKind::BrokenPipe {
-        io::Error::new(io::ErrorKind::BrokenPipe, StdoutClosed)
-    } else {
-        e
+    match e.kind() {
+        io::ErrorKind::BrokenPipe => io::Error::new(io::ErrorKind::BrokenPipe, StdoutClosed),
+        io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock => e,
+        kind => io::Error::new(kind, format!("standard output: {e}")),
     }
 }
 
@@ -78,10 +80,17 @@ mod tests {
         assert!(is_closed(&marked));
         // a socket's broken pipe is not standard output's
         assert!(!is_closed(&io::Error::from(io::ErrorKind::BrokenPipe)));
-        // other errors pass through unmarked
+        // other errors keep their kind and name standard output
         let full = mark(io::Error::from_raw_os_error(28)); // ENOSPC
         assert!(!is_closed(&full));
-        assert_eq!(full.raw_os_error(), Some(28));
+        assert_eq!(full.kind(), io::ErrorKind::StorageFull);
+        assert!(
+            full.to_string()
+                .starts_with("standard output: No space left"),
+            "{full}"
+        );
+        let again = mark(io::Error::from(io::ErrorKind::Interrupted));
+        assert_eq!(again.kind(), io::ErrorKind::Interrupted);
         // found under context added on the way up
         let wrapped =
             anyhow::Error::new(mark(io::Error::from(io::ErrorKind::BrokenPipe))).context("cat /a");

@@ -81,7 +81,9 @@ fn cv_commands_work_end_to_end() {
         .unwrap();
     let err = String::from_utf8_lossy(&full.stderr);
     assert!(
-        full.status.code() == Some(1) && err.contains("No space left"),
+        full.status.code() == Some(1)
+            && err.contains("standard output: No space left")
+            && err.lines().count() == 1,
         "{full:?}"
     );
     let stat = ok(&conf, &["fs", "stat", "/cli/a/x.bin"]);
