@@ -9,8 +9,10 @@
 //!   them, are kept within `master.file_cache` bytes. A stat of a cached file then reads
 //!   nothing from RocksDB.
 //!
-//! A full part starts over and refills from reads. Inodes are kept encoded: a decoded
-//! one, with its strings, lists and maps, takes about 200 bytes before its contents.
+//! A full directory part starts over and refills from reads; a full file part drops an
+//! eighth of its files at a time and then lets few new ones in (`Part::room_for`).
+//! Inodes are kept encoded: a decoded one, with its strings, lists and maps, takes about
+//! 200 bytes before its contents.
 //!
 //! Writes go through the store first and then through [`InodeCache::applied`], which
 //! updates every key they touched. A reader fills the cache from what it read only if
