@@ -101,6 +101,15 @@ impl Reader for Txn<'_> {
 }
 
 impl Txn<'_> {
+    /// `inode` for a walk over many (a recursive delete): what the store has is read
+    /// without filling its cache.
+    pub fn inode_for_scan(&self, id: u64) -> FsResult<Option<InodeRec>> {
+        match self.inodes.get(&id) {
+            Some(v) => Ok(v.clone()),
+            None => self.store.inode_for_scan(id),
+        }
+    }
+
     pub fn alloc_inode(&mut self) -> u64 {
         let id = self.counters.next_inode;
         self.counters.next_inode += 1;

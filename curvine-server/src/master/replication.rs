@@ -188,7 +188,7 @@ impl Namespace {
                 _ => {
                     let v = self
                         .store
-                        .inode(b.inode)?
+                        .inode_for_scan(b.inode)?
                         .filter(is_file)
                         .map(|i| (i.replicas.max(1), i.storage_tier));
                     replicas_of = Some((b.inode, v));

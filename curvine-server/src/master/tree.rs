@@ -4,9 +4,7 @@ use curvine_common::proto::{CallerInfo, FileStatus, FileType, MknodRequest};
 use curvine_common::{FsError, FsResult};
 use tracing::debug;
 
-use super::namespace::{
-    check, check_sticky, is_dir, is_symlink, status, Namespace, Reader, Txn, Walk,
-};
+use super::namespace::{check, check_sticky, is_dir, is_symlink, status, Namespace, Txn, Walk};
 use super::records::InodeRec;
 
 /// `rename` flag: fail with AlreadyExists when the destination exists.
@@ -263,7 +261,7 @@ impl Namespace {
         loop {
             let (entries, more) = txn.store.list(dir.id, &after, 1024)?;
             for (name, id) in &entries {
-                let Some(child) = txn.inode(*id)? else {
+                let Some(child) = txn.inode_for_scan(*id)? else {
                     continue;
                 };
                 let child_path = curvine_common::path::child(path, name);
