@@ -24,7 +24,7 @@ use tracing::{debug, info, warn};
 
 use super::heartbeat::EarlyHeartbeat;
 use super::layout::{
-    self, block_file, canonical_id, remove_quiet, sidecar_of, Sidecar, BLOCKS_DIR,
+    self, block_file, canonical_id, remove_quiet, sidecar_of, sidecar_stem, Sidecar, BLOCKS_DIR,
 };
 use super::tiers::{fs_free_bytes, prepare_dir, Tier};
 
@@ -579,7 +579,7 @@ fn scan_tier(inner: &mut Inner, idx: usize) {
         for f in files.flatten() {
             let p = f.path();
             let name = f.file_name().to_string_lossy().into_owned();
-            if let Some(stem) = name.strip_suffix(".crc") {
+            if let Some(stem) = sidecar_stem(&name) {
                 // sidecars are examined with their block; drop orphans
                 if canonical_id(stem).is_none() || !sp.join(stem).exists() {
                     discard(&p, "orphan or malformed sidecar");

@@ -98,10 +98,7 @@ pub fn migrate_shards(blocks: &Path) -> io::Result<u64> {
             let f = f?;
             let name = f.file_name();
             let Some(name) = name.to_str() else { continue };
-            let stem = name
-                .strip_suffix(SIDECAR_EXT)
-                .and_then(|s| s.strip_suffix('.'))
-                .unwrap_or(name);
+            let stem = sidecar_stem(name).unwrap_or(name);
             let Some(id) = canonical_id(stem) else {
                 continue;
             };
@@ -135,6 +132,12 @@ pub fn sidecar_of(data: &Path) -> PathBuf {
     s.push(".");
     s.push(SIDECAR_EXT);
     PathBuf::from(s)
+}
+
+/// The block file name a sidecar's name belongs to (`"7.crc"` -> `"7"`); None for a name
+/// that is not a sidecar's.
+pub fn sidecar_stem(name: &str) -> Option<&str> {
+    name.strip_suffix(SIDECAR_EXT)?.strip_suffix('.')
 }
 
 /// Where a committed block lives, if it is on one of `tier_dirs`: `(block file, sidecar)`.
