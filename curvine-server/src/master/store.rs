@@ -204,19 +204,33 @@ impl Store {
         }
     }
 
-    /// Several inodes in one call (missing ones are `None`).
+    /// Several inodes in one call (missing ones are `None`), for a listing: those
+    /// cached from the cache, the others in one RocksDB batch, not kept (a listing
+    /// passes over a directory as a scan does).
     pub fn inodes(&self, ids: &[u64]) -> FsResult<Vec<Option<InodeRec>>> {
+        let mut out = Vec::with_capacity(ids.len());
+        let mut missed = Vec::new();
+        for (n, &id) in ids.iter().enumerate() {
+            match self.cache.inode(id) {
+                Cached::Hit(i) => out.push(Some(i)),
+                Cached::Miss(_) => {
+                    out.push(None);
+                    missed.push(n);
+                }
+            }
+        }
+        if missed.is_empty() {
+            return Ok(out);
+        }
         let cf = self.cf(CF_INODES)?;
-        let keys: Vec<[u8; 8]> = ids.iter().map(|i| i.to_be_bytes()).collect();
+        let keys: Vec<[u8; 8]> = missed.iter().map(|&n| ids[n].to_be_bytes()).collect();
         let res = self.db.batched_multi_get_cf(cf, keys.iter(), false);
-        res.into_iter()
-            .map(|r| match r.map_err(|e| db_err("read", e))? {
-                Some(v) => Ok(Some(
-                    InodeRec::decode(&*v).map_err(|e| decode_err("inode", e))?,
-                )),
-                None => Ok(None),
-            })
-            .collect()
+        for (&n, r) in missed.iter().zip(res) {
+            if let Some(v) = r.map_err(|e| db_err("read", e))? {
+                out[n] = Some(InodeRec::decode(&*v).map_err(|e| decode_err("inode", e))?);
+            }
+        }
+        Ok(out)
     }
 
     pub fn child(&self, parent: u64, name: &str) -> FsResult<Option<u64>> {
@@ -480,9 +494,29 @@ mod tests {
             assert_eq!(store.inode(5).unwrap().map(|i| i.id), Some(5));
             assert_eq!(store.inode_for_scan(5).unwrap().map(|i| i.id), Some(5));
         }
+        let listed = store.inodes(&[5, 5]).unwrap();
+        assert!(listed.iter().all(|i| i.as_ref().map(|i| i.id) == Some(5)));
         let memtable_gets = ctx.metric(PerfMetric::GetFromMemtableCount);
         set_perf_stats(PerfStatsLevel::Disable);
         assert_eq!(memtable_gets, 0, "cached reads went to RocksDB");
+        // a listing reads what is not cached, in order, and keeps none of it
+        let mut e = JournalEntry::default();
+        for id in [6, 8] {
+            e.push(Kind::PutInode(InodeRec {
+                id,
+                file_type: curvine_common::proto::FileType::File as i32,
+                ..Default::default()
+            }));
+        }
+        store.apply(&e).unwrap();
+        let ids = |v: Vec<Option<InodeRec>>| v.into_iter().map(|i| i.map(|i| i.id)).collect();
+        let listed: Vec<Option<u64>> = ids(store.inodes(&[8, 5, 7, 6]).unwrap());
+        assert_eq!(listed, [Some(8), Some(5), None, Some(6)]);
+        assert_eq!(
+            store.cache.snapshot().0.len(),
+            1,
+            "a listing filled the cache"
+        );
         // ...and so does the test: uncached, the same reads do
         ctx.reset();
         set_perf_stats(PerfStatsLevel::EnableCount);
