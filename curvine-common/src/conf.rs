@@ -397,6 +397,9 @@ impl Default for LogConf {
     }
 }
 
+/// The smallest file cache (`master.file_cache`) the master accepts, besides 0.
+const MIN_FILE_CACHE: u64 = 64 << 10;
+
 /// The longest `busy_poll` accepted.
 const MAX_BUSY_POLL: Duration = Duration::from_millis(10);
 
@@ -485,6 +488,13 @@ impl ClusterConf {
         }
         if self.master.replicas == 0 {
             return Err(FsError::config("master.replicas must be at least 1"));
+        }
+        let fc = self.master.file_cache.0;
+        if fc != 0 && fc < MIN_FILE_CACHE {
+            // below this, eight chunks of 1 KiB and the tables leave room for nothing
+            return Err(FsError::config(format!(
+                "master.file_cache must be 0 (off) or at least 64KB, not {fc} bytes"
+            )));
         }
         if self.client.master_addrs.is_empty() {
             return Err(FsError::config("client.master_addrs must not be empty"));
@@ -757,6 +767,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("fuse.busy_poll") && e.contains("10ms"), "{e}");
+    }
+
+    #[test]
+    fn a_file_cache_too_small_to_hold_a_file_is_refused() {
+        for ok in ["0", "64KB", "8MB"] {
+            let conf = ClusterConf::parse(&format!("[master]\nfile_cache = \"{ok}\"\n"));
+            assert!(conf.is_ok(), "{ok}");
+        }
+        let e = ClusterConf::parse("[master]\nfile_cache = \"4KB\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("master.file_cache") && e.contains("64KB"), "{e}");
     }
 
     #[test]
