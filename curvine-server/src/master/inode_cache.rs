@@ -258,7 +258,6 @@ impl Files {
         let h = self.hash_id(id);
         let hasher = &self.hasher;
         self.inodes.insert_unique(h, s, |s| hasher.hash_one(s.id));
-        self.trim(cap);
     }
 
     /// Keep the edge `key -> child`, replacing any, if there is room (`room_for`).
@@ -276,7 +275,6 @@ impl Files {
             ..
         } = self;
         edges.insert_unique(h, s, |s| hasher.hash_one(arenas[class_of(s.id)].get(s)));
-        self.trim(cap);
     }
 
     /// What adding a record of `len` bytes for `id` (an edge's key or an inode) would
@@ -289,7 +287,9 @@ impl Files {
         }
         // hashbrown rehashes a table once its free buckets are used up (`capacity`
         // counts those left; a removal may leave a tombstone that is not one): in
-        // place if it is at most half full, else into twice the buckets.
+        // place if it is at most half full, else into twice the buckets. Should it
+        // ever grow one where this did not count it, `held` shows it and the next
+        // insert makes room.
         let t = if edge { &self.edges } else { &self.inodes };
         if t.len() >= t.capacity() && t.len() + 1 > full(t) / 2 {
             cost += t.allocation_size().max(64);
@@ -377,26 +377,6 @@ impl Files {
         } = self;
         rebuild(inodes, |s| hasher.hash_one(s.id));
         rebuild(edges, |s| hasher.hash_one(arenas[class_of(s.id)].get(s)));
-    }
-
-    /// Bring the part back within `cap` after an insert, should a table have grown by
-    /// more than `cost` counted.
-    fn trim(&mut self, cap: usize) {
-        if self.held() <= cap {
-            return;
-        }
-        self.rebuild();
-        if self.held() <= cap {
-            return;
-        }
-        self.press();
-        for _ in 0..CLASSES {
-            self.shed();
-            if self.held() <= cap {
-                return;
-            }
-        }
-        self.clear();
     }
 
     /// Copy the records of `class` still in a table into fresh chunks.
