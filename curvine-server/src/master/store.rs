@@ -39,6 +39,10 @@ fn decode_err(what: &str, e: prost::DecodeError) -> FsError {
     FsError::internal(format!("metadata store: corrupt {what}: {e}"))
 }
 
+fn decode_inode(v: &[u8]) -> FsResult<InodeRec> {
+    InodeRec::decode(v).map_err(|e| decode_err("inode", e))
+}
+
 pub fn edge_key(parent: u64, name: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(8 + name.len());
     k.extend_from_slice(&parent.to_be_bytes());
@@ -178,7 +182,7 @@ impl Store {
         };
         match self.get_raw(CF_INODES, &id.to_be_bytes())? {
             Some(v) => {
-                let i = InodeRec::decode(&*v).map_err(|e| decode_err("inode", e))?;
+                let i = decode_inode(&v)?;
                 self.cache.fill_inode(gen, &i, &v);
                 Ok(Some(i))
             }
@@ -196,12 +200,9 @@ impl Store {
     }
 
     fn inode_uncached(&self, id: u64) -> FsResult<Option<InodeRec>> {
-        match self.get_raw(CF_INODES, &id.to_be_bytes())? {
-            Some(v) => Ok(Some(
-                InodeRec::decode(&*v).map_err(|e| decode_err("inode", e))?,
-            )),
-            None => Ok(None),
-        }
+        self.get_raw(CF_INODES, &id.to_be_bytes())?
+            .map(|v| decode_inode(&v))
+            .transpose()
     }
 
     /// Several inodes in one call (missing ones are `None`), for a listing: those
@@ -227,7 +228,7 @@ impl Store {
         let res = self.db.batched_multi_get_cf(cf, keys.iter(), false);
         for (&n, r) in missed.iter().zip(res) {
             if let Some(v) = r.map_err(|e| db_err("read", e))? {
-                out[n] = Some(InodeRec::decode(&*v).map_err(|e| decode_err("inode", e))?);
+                out[n] = Some(decode_inode(&v)?);
             }
         }
         Ok(out)
