@@ -6,5 +6,6 @@
 #[macro_use]
 pub mod fault;
 pub mod master;
+mod rocks;
 pub mod testing;
 pub mod worker;

@@ -101,8 +101,8 @@ impl Store {
         opts.increase_parallelism(2);
         opts.set_max_background_jobs(2);
         // Bounded memory: the memtables of all column families share `write_buffer`
-        // (a full one is flushed early), and every table block, index and filter
-        // included, goes through one LRU cache.
+        // (a full one is flushed early), and every table block goes through one LRU
+        // cache (`point_lookup_tables`).
         let write_buffer = (write_buffer as usize).max(1 << 20);
         opts.set_db_write_buffer_size(write_buffer);
         // A compaction reads each input file through a buffer of this size (2 MB by
@@ -110,22 +110,7 @@ impl Store {
         // are small and read from the page cache; 256 KiB reads are enough.
         opts.set_compaction_readahead_size(256 << 10);
         let block_cache = rocksdb::Cache::new_lru_cache((cache as usize).max(1 << 20));
-        let mut table = rocksdb::BlockBasedOptions::default();
-        table.set_block_cache(&block_cache);
-        table.set_cache_index_and_filter_blocks(true);
-        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
-        // Lookups are point gets: a bloom filter per table lets a get skip the tables
-        // that cannot hold its key (every table but one, or all for a new name).
-        table.set_bloom_filter(10.0, false);
-        // Index and filter in 4 KiB partitions under a small pinned top level. One
-        // filter for a table of a million keys is about 1.2 MB, more than a shard of
-        // the block cache holds (the cache splits into 512 KB shards): it was thrown
-        // out after each get and read again by the next, and stats at a million files
-        // fell to a few thousand a second. Partitions fit and stay cached.
-        table.set_index_type(rocksdb::BlockBasedIndexType::TwoLevelIndexSearch);
-        table.set_partition_filters(true);
-        table.set_metadata_block_size(4096);
-        table.set_pin_top_level_index_and_filter(true);
+        let table = crate::rocks::point_lookup_tables(&block_cache);
         // Each column family may take half of `write_buffer`: inodes and edges take
         // nearly all the writes of a namespace, and `set_db_write_buffer_size` above
         // has RocksDB flush early once all of them together come near the cap.

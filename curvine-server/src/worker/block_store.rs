@@ -23,6 +23,7 @@ use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use super::heartbeat::EarlyHeartbeat;
+use super::index::{BlockIndex, BlockMeta, INDEX_DIR};
 use super::layout::{
     self, block_file, canonical_id, remove_quiet, sidecar_of, sidecar_stem, Sidecar, BLOCKS_DIR,
 };
@@ -54,61 +55,49 @@ impl StoreConf {
     }
 }
 
-/// One committed block in the index: 24 bytes, kept for every block the worker holds
-/// (the tier's index as a u16 rather than a usize saves a fifth of the map).
-#[derive(Debug, Clone)]
-pub(super) struct BlockMeta {
-    pub len: u64,
-    pub last_access: u64,
-    pub chunk_size: u32,
-    /// Index into `Inner::tiers` (`tier()`).
-    tier: u16,
-    /// An eviction is copying the block to the next tier.
-    pub moving: bool,
-}
-
-impl BlockMeta {
-    pub fn new(tier: usize, len: u64, chunk_size: u32, last_access: u64) -> BlockMeta {
-        BlockMeta {
-            len,
-            last_access,
-            chunk_size,
-            // tiers are checked against MAX_TIERS when the store opens
-            tier: u16::try_from(tier).unwrap_or(u16::MAX),
-            moving: false,
-        }
-    }
-
-    pub fn tier(&self) -> usize {
-        usize::from(self.tier)
-    }
-
-    pub fn set_tier(&mut self, tier: usize) {
-        self.tier = u16::try_from(tier).unwrap_or(u16::MAX);
-    }
-}
-
-const _: () = assert!(std::mem::size_of::<BlockMeta>() == 24);
-
 /// The most tier directories a worker takes (`BlockMeta` keeps the index in a u16).
 pub const MAX_TIERS: usize = u16::MAX as usize;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Inner {
     pub tiers: Vec<Tier>,
-    pub blocks: HashMap<u64, BlockMeta>,
+    /// Every committed block, on disk (see `index`).
+    pub blocks: BlockIndex,
+    /// Blocks an eviction is copying to the next tier.
+    pub moving: HashSet<u64>,
     pub tick: u64,
+    /// Reads not yet in the index's LRU order: (block id, tick). Recorded in one write
+    /// when `TOUCH_BATCH` have gathered, and before an eviction reads the order.
+    pub touched: Vec<(u64, u64)>,
     pub pending_added: HashMap<u64, BlockReplica>,
     pub pending_removed: HashSet<u64>,
 }
 
+/// Reads gathered before they are written to the index at once.
+const TOUCH_BATCH: usize = 1024;
+
 impl Inner {
-    pub fn touch(&mut self, id: u64) {
+    /// Mark block `id` as used now.
+    pub fn touch(&mut self, id: u64) -> FsResult<()> {
         self.tick += 1;
-        let t = self.tick;
-        if let Some(m) = self.blocks.get_mut(&id) {
-            m.last_access = t;
+        self.touched.push((id, self.tick));
+        if self.touched.len() >= TOUCH_BATCH {
+            self.record_touches()?;
         }
+        Ok(())
+    }
+
+    /// Write the gathered reads to the index's LRU order.
+    pub fn record_touches(&mut self) -> FsResult<()> {
+        if self.touched.is_empty() {
+            return Ok(());
+        }
+        let r = self.blocks.touch_all(&mut self.touched);
+        // kept on failure for the next try, up to a bound
+        if r.is_ok() || self.touched.len() >= 4 * TOUCH_BATCH {
+            self.touched.clear();
+        }
+        r
     }
 
     pub fn note_added(&mut self, id: u64, len: u64, tier: StorageTier) {
@@ -133,6 +122,8 @@ impl Inner {
 pub struct BlockStore {
     pub(super) conf: StoreConf,
     pub(super) inner: Mutex<Inner>,
+    /// Each tier's directory and kind, fastest first (fixed once open).
+    tier_dirs: Vec<(PathBuf, StorageTier)>,
     staging_seq: AtomicU64,
     /// Wakes the eviction task after a commit pushed a tier past its high watermark.
     pub(super) evict_wakeup: Notify,
@@ -152,7 +143,8 @@ pub struct BlockReader {
 }
 
 impl BlockStore {
-    /// Prepare every tier dir, clear staging and rebuild the index from `blocks/`.
+    /// Prepare every tier dir, clear staging and rebuild the index from `blocks/`. The
+    /// index goes in the last (slowest) tier's directory.
     pub fn open(dirs: &[TierDir], conf: StoreConf) -> FsResult<Arc<BlockStore>> {
         if dirs.is_empty() {
             return Err(FsError::config("worker.data_dir is empty"));
@@ -163,21 +155,31 @@ impl BlockStore {
                 dirs.len()
             )));
         }
-        let mut inner = Inner::default();
+        let mut tiers = Vec::with_capacity(dirs.len());
         for td in dirs {
             prepare_dir(td)?;
-            inner.tiers.push(Tier::new(
+            tiers.push(Tier::new(
                 td.tier,
                 td.path.clone(),
                 td.capacity.unwrap_or(0),
             ));
         }
+        let last = &dirs[dirs.len() - 1].path;
+        let mut inner = Inner {
+            tiers,
+            blocks: BlockIndex::create(&last.join(INDEX_DIR))?,
+            moving: HashSet::new(),
+            tick: 0,
+            touched: Vec::new(),
+            pending_added: HashMap::new(),
+            pending_removed: HashSet::new(),
+        };
         for (idx, td) in dirs.iter().enumerate() {
             let moved = layout::ensure_sharded(&td.path)?;
             if moved > 0 {
                 info!(dir = %td.path.display(), files = moved, "block files moved to their shard directories");
             }
-            scan_tier(&mut inner, idx);
+            scan_tier(&mut inner, idx)?;
         }
         for (td, t) in dirs.iter().zip(inner.tiers.iter_mut()) {
             if td.capacity.is_none() {
@@ -190,9 +192,15 @@ impl BlockStore {
             info!(tier = t.tier.name(), dir = %t.dir.display(), capacity = t.capacity,
                 used = t.committed, blocks = t.blocks, "tier ready");
         }
+        let tier_dirs = inner
+            .tiers
+            .iter()
+            .map(|t| (t.dir.clone(), t.tier))
+            .collect();
         Ok(Arc::new(BlockStore {
             conf,
             inner: Mutex::new(inner),
+            tier_dirs,
             staging_seq: AtomicU64::new(1),
             evict_wakeup: Notify::new(),
             early_heartbeat: EarlyHeartbeat::default(),
@@ -217,25 +225,31 @@ impl BlockStore {
         self.lock().tiers.iter().map(Tier::report).collect()
     }
 
-    /// The ids of every committed block, in order (the pages of a full block report).
-    pub fn block_ids(&self) -> Vec<u64> {
-        let mut ids: Vec<u64> = self.lock().blocks.keys().copied().collect();
-        ids.sort_unstable();
-        ids
+    /// Up to `limit` ids of committed blocks from `start` on, in order (a page of the
+    /// full block report, or of a scrub pass).
+    pub fn block_ids_from(&self, start: u64, limit: usize) -> FsResult<Vec<u64>> {
+        self.lock().blocks.ids_from(start, limit)
     }
 
-    /// The replicas among `ids` still held (a page of the full block report).
-    pub fn replicas(&self, ids: &[u64]) -> Vec<BlockReplica> {
+    /// The ids of every committed block, in order.
+    #[cfg(test)]
+    pub fn block_ids(&self) -> FsResult<Vec<u64>> {
+        self.block_ids_from(0, usize::MAX)
+    }
+
+    /// Up to `limit` replicas held, from block id `start` on, in order (a page of the
+    /// full block report).
+    pub fn replicas_from(&self, start: u64, limit: usize) -> FsResult<Vec<BlockReplica>> {
         let g = self.lock();
-        ids.iter()
-            .filter_map(|id| {
-                g.blocks.get(id).map(|m| BlockReplica {
-                    block_id: *id,
-                    len: m.len,
-                    tier: g.tiers[m.tier()].tier as i32,
-                })
+        Ok(g.blocks
+            .entries_from(start, limit)?
+            .into_iter()
+            .map(|(id, m)| BlockReplica {
+                block_id: id,
+                len: m.len,
+                tier: g.tiers[m.tier()].tier as i32,
             })
-            .collect()
+            .collect())
     }
 
     /// Take the incremental report accumulated since the last call.
@@ -263,9 +277,9 @@ impl BlockStore {
     }
 
     /// Committed length and tier of a block, if present.
-    pub fn block_info(&self, id: u64) -> Option<(u64, StorageTier)> {
+    pub fn block_info(&self, id: u64) -> FsResult<Option<(u64, StorageTier)>> {
         let g = self.lock();
-        g.blocks.get(&id).map(|m| (m.len, g.tiers[m.tier()].tier))
+        Ok(g.blocks.get(id)?.map(|m| (m.len, g.tiers[m.tier()].tier)))
     }
 
     fn not_found(&self, id: u64) -> FsError {
@@ -312,7 +326,7 @@ impl BlockStore {
     /// The bytes to reserve for a new write of `id` (`reserve`, or the default), or an
     /// error if the block exists.
     fn check_new(&self, id: u64, reserve: u64) -> FsResult<u64> {
-        if self.lock().blocks.contains_key(&id) {
+        if self.lock().blocks.contains(id)? {
             return Err(FsError::exists(format!("block {id}")));
         }
         Ok(if reserve == 0 {
@@ -443,39 +457,47 @@ impl BlockStore {
     }
 
     fn open_read_inner(&self, id: u64, touch: bool) -> FsResult<BlockReader> {
+        // The block files are the truth, and a block only moves down the tiers, its new
+        // copy in place before the old one goes: looked for from the fastest tier down,
+        // it is found wherever it is, without a read of the index. Its length and chunk
+        // size are in its sidecar. Retried if a block file went between its open and
+        // its sidecar's (an eviction moved it).
         let mut last_err = None;
         for _ in 0..4 {
-            let (path, len, chunk_size, tier) = {
-                let mut g = self.lock();
-                let Some(m) = g.blocks.get(&id).cloned() else {
-                    return Err(self.not_found(id));
+            let mut vanished = false;
+            for (dir, tier) in &self.tier_dirs {
+                let path = block_file(dir, id);
+                let file = match File::open(&path) {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(FsError::io_ctx(path.display(), e)),
                 };
+                let sc = match fs::read(sidecar_of(&path)) {
+                    Ok(sc) => sc,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                        last_err = Some(e);
+                        vanished = true;
+                        break;
+                    }
+                    Err(e) => return Err(FsError::io_ctx(sidecar_of(&path).display(), e)),
+                };
+                let sc = Sidecar::decode(&sc).ok_or_else(|| {
+                    FsError::io(format!("{}: malformed checksum sidecar", path.display()))
+                })?;
                 if touch {
-                    g.touch(id);
+                    self.lock().touch(id)?;
                 }
-                let t = &g.tiers[m.tier()];
-                (block_file(&t.dir, id), m.len, m.chunk_size, t.tier)
-            };
-            let opened = File::open(&path).and_then(|f| {
-                let sc = fs::read(sidecar_of(&path))?;
-                Ok((f, sc))
-            });
-            match opened {
-                Ok((file, sc)) => {
-                    let sc = Sidecar::decode(&sc).ok_or_else(|| {
-                        FsError::io(format!("{}: malformed checksum sidecar", path.display()))
-                    })?;
-                    return Ok(BlockReader {
-                        file,
-                        path,
-                        len,
-                        chunk_size,
-                        crcs: sc.crcs,
-                        tier,
-                    });
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => last_err = Some(e),
-                Err(e) => return Err(FsError::io_ctx(path.display(), e)),
+                return Ok(BlockReader {
+                    file,
+                    path,
+                    len: sc.len,
+                    chunk_size: sc.chunk_size,
+                    crcs: sc.crcs,
+                    tier: *tier,
+                });
+            }
+            if !vanished {
+                return Err(self.not_found(id));
             }
         }
         warn!(block = id, error = ?last_err, "block file vanished while opening it");
@@ -483,12 +505,14 @@ impl BlockStore {
     }
 
     /// Delete a committed block (master request). Returns whether it existed.
-    pub fn delete(&self, id: u64) -> bool {
+    pub fn delete(&self, id: u64) -> FsResult<bool> {
         let (path, tier, len) = {
             let mut g = self.lock();
-            let Some(m) = g.blocks.remove(&id) else {
-                return false;
+            let Some(m) = g.blocks.remove(id)? else {
+                return Ok(false);
             };
+            // an eviction copying it finds it gone and drops its copy
+            g.moving.remove(&id);
             let t = &mut g.tiers[m.tier()];
             t.committed = t.committed.saturating_sub(m.len);
             t.blocks = t.blocks.saturating_sub(1);
@@ -506,7 +530,7 @@ impl BlockStore {
             }
         }
         debug!(block = id, "block deleted");
-        true
+        Ok(true)
     }
 
     /// Keep the file of a deleted block, `len` bytes at `path`, as a spare of `tier` if
@@ -565,17 +589,20 @@ fn unused_elsewhere(path: &Path) -> bool {
     leased
 }
 
-/// Index one tier's `blocks/` directory; invalid entries are deleted.
-fn scan_tier(inner: &mut Inner, idx: usize) {
+/// Index one tier's `blocks/` directory, a shard at a time in one write; invalid
+/// entries are deleted. Tiers are scanned fastest first.
+fn scan_tier(inner: &mut Inner, idx: usize) -> FsResult<()> {
     let dir = inner.tiers[idx].dir.join(BLOCKS_DIR);
     let Ok(shards) = fs::read_dir(&dir) else {
-        return;
+        return Ok(());
     };
+    let mut found = Vec::new();
     for shard in shards.flatten() {
         let sp = shard.path();
         let Ok(files) = fs::read_dir(&sp) else {
             continue;
         };
+        found.clear();
         for f in files.flatten() {
             let p = f.path();
             let name = f.file_name().to_string_lossy().into_owned();
@@ -591,26 +618,27 @@ fn scan_tier(inner: &mut Inner, idx: usize) {
                 continue;
             };
             match check_block(&p) {
-                Ok(_) if inner.blocks.contains_key(&id) => {
+                // the first tier's blocks cannot be in the index yet
+                Ok(_) if idx > 0 && inner.blocks.contains(id)? => {
                     // a crash during a move left two copies; keep the faster one
                     discard(&p, "duplicate of a block in a faster tier");
                     discard(&sidecar_of(&p), "duplicate sidecar");
                 }
-                Ok(sc) => {
-                    let t = &mut inner.tiers[idx];
-                    t.committed += sc.len;
-                    t.blocks += 1;
-                    inner
-                        .blocks
-                        .insert(id, BlockMeta::new(idx, sc.len, sc.chunk_size, 0));
-                }
+                Ok(sc) => found.push((id, BlockMeta::new(idx, sc.len, sc.chunk_size, 0))),
                 Err(why) => {
                     discard(&p, &why);
                     discard(&sidecar_of(&p), &why);
                 }
             }
         }
+        inner.blocks.insert_new(&found)?;
+        let t = &mut inner.tiers[idx];
+        for (_, m) in &found {
+            t.committed += m.len;
+            t.blocks += 1;
+        }
     }
+    Ok(())
 }
 
 fn check_block(p: &Path) -> Result<Sidecar, String> {
@@ -747,7 +775,7 @@ impl WriteHandle {
         fault_disk!("disk.commit", &store.conf.worker);
         let (dst, tier_kind, over_high) = {
             let mut g = store.lock();
-            if g.blocks.contains_key(&id) {
+            if g.blocks.contains(id)? {
                 drop(g);
                 let _ = remove_quiet(&staging_sc);
                 return Err(FsError::exists(format!("block {id}")));
@@ -761,15 +789,22 @@ impl WriteHandle {
                 return Err(FsError::io_ctx(dst.display(), e));
             }
             g.tick += 1;
-            let tick = g.tick;
+            let meta = BlockMeta::new(self.tier, len, cs, g.tick);
+            if let Err(e) = g.blocks.replace(id, None, &meta) {
+                // not indexed, so not committed: the files go
+                for p in [sidecar_of(&dst), dst.clone()] {
+                    if let Err(e) = remove_quiet(&p) {
+                        warn!(path = %p.display(), error = %e, "cannot remove an unindexed block file");
+                    }
+                }
+                return Err(e);
+            }
             let t = &mut g.tiers[self.tier];
             t.reserved = t.reserved.saturating_sub(self.reserved);
             t.committed += len;
             t.blocks += 1;
             let tier_kind = t.tier;
             let over_high = (t.used() as f64) > store.conf.high_watermark * t.capacity as f64;
-            g.blocks
-                .insert(id, BlockMeta::new(self.tier, len, cs, tick));
             g.note_added(id, len, tier_kind);
             self.done = true;
             (dst, tier_kind, over_high)

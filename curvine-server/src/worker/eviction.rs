@@ -14,11 +14,16 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use curvine_common::FsResult;
+
 use super::block_store::{ensure_parent, BlockStore};
+use super::index::BlockMeta;
 use super::layout::{block_file, remove_quiet, sidecar_of, STAGING_DIR};
 
 /// How often the background task checks the watermarks without being woken.
 const EVICT_POLL: Duration = Duration::from_secs(1);
+/// Blocks read from the LRU order at a time by an eviction pass.
+const EVICT_BATCH: usize = 256;
 
 impl BlockStore {
     /// Reserve `n` bytes in tier `idx` if they fit as it is (removing spare block files
@@ -69,8 +74,12 @@ impl BlockStore {
                     return false;
                 }
                 match pick_victim(&mut g, idx) {
-                    Some(v) => v,
-                    None => return false,
+                    Ok(Some(v)) => v,
+                    Ok(None) => return false,
+                    Err(e) => {
+                        warn!(error = %e, "cannot pick a block to demote");
+                        return false;
+                    }
                 }
             };
             if !self.demote(victim, idx) {
@@ -82,7 +91,14 @@ impl BlockStore {
     /// Move block `id` (already marked `moving`) from tier `from` to `from + 1`.
     /// Returns false (and clears the mark) if it could not be moved.
     fn demote(&self, id: u64, from: usize) -> bool {
-        let len = self.lock().blocks.get(&id).map(|m| m.len).unwrap_or(0);
+        let len = match self.lock().blocks.get(id) {
+            Ok(m) => m.map_or(0, |m| m.len),
+            Err(e) => {
+                warn!(block = id, error = %e, "demoting block failed");
+                self.unmark(id);
+                return false;
+            }
+        };
         let to = from + 1;
         if !self.reserve_in(to, len) {
             self.unmark(id);
@@ -105,9 +121,7 @@ impl BlockStore {
     }
 
     fn unmark(&self, id: u64) {
-        if let Some(m) = self.lock().blocks.get_mut(&id) {
-            m.moving = false;
-        }
+        self.lock().moving.remove(&id);
     }
 
     /// Ok(false) = the block was deleted meanwhile (nothing left behind).
@@ -122,7 +136,12 @@ impl BlockStore {
         if let Err(e) = copied {
             let _ = remove_quiet(&tmp);
             let _ = remove_quiet(&tmp_sc);
-            if !self.lock().blocks.contains_key(&id) {
+            if !self
+                .lock()
+                .blocks
+                .contains(id)
+                .map_err(std::io::Error::other)?
+            {
                 return Ok(false);
             }
             return Err(e);
@@ -137,23 +156,31 @@ impl BlockStore {
         ensure_parent(&dst).map_err(|e| std::io::Error::other(e.to_string()))?;
         {
             let mut g = self.lock();
-            let still_here = g
-                .blocks
-                .get(&id)
-                .is_some_and(|m| m.moving && m.tier() == from);
-            if !still_here {
-                drop(g);
-                let _ = remove_quiet(&tmp);
-                let _ = remove_quiet(&tmp_sc);
-                return Ok(false);
+            let here = g.blocks.get(id).map_err(std::io::Error::other)?;
+            let m = match here {
+                Some(m) if g.moving.contains(&id) && m.tier() == from => m,
+                _ => {
+                    drop(g);
+                    let _ = remove_quiet(&tmp);
+                    let _ = remove_quiet(&tmp_sc);
+                    return Ok(false);
+                }
+            };
+            let moved = BlockMeta::new(to, m.len, m.chunk_size, m.last_access);
+            g.blocks
+                .replace(id, Some(&m), &moved)
+                .map_err(std::io::Error::other)?;
+            let renamed =
+                fs::rename(&tmp_sc, sidecar_of(&dst)).and_then(|()| fs::rename(&tmp, &dst));
+            if let Err(e) = renamed {
+                // the block stays where it was
+                if let Err(e) = g.blocks.replace(id, Some(&moved), &m) {
+                    warn!(block = id, error = %e, "cannot restore a block's index entry");
+                }
+                return Err(e);
             }
-            fs::rename(&tmp_sc, sidecar_of(&dst))?;
-            fs::rename(&tmp, &dst)?;
+            g.moving.remove(&id);
             let tier_kind = g.tiers[to].tier;
-            if let Some(m) = g.blocks.get_mut(&id) {
-                m.set_tier(to);
-                m.moving = false;
-            }
             let f = &mut g.tiers[from];
             f.committed = f.committed.saturating_sub(len);
             f.blocks = f.blocks.saturating_sub(1);
@@ -170,6 +197,50 @@ impl BlockStore {
         }
         debug!(block = id, from, to, "block demoted");
         Ok(true)
+    }
+
+    /// Demote tier `idx`'s least recently used blocks until it is below its low
+    /// watermark, a batch at a time in LRU order (entries that changed meanwhile are
+    /// skipped). Returns the number of blocks moved.
+    fn evict_tier(&self, idx: usize) -> FsResult<usize> {
+        let mut moved = 0;
+        loop {
+            let batch = {
+                let mut g = self.lock();
+                g.record_touches()?;
+                g.blocks
+                    .oldest(idx, EVICT_BATCH, |id| g.moving.contains(&id))?
+            };
+            if batch.is_empty() {
+                return Ok(moved);
+            }
+            let mut tried = false;
+            for id in batch {
+                {
+                    let mut g = self.lock();
+                    let t = &g.tiers[idx];
+                    if (t.used() as f64) < self.conf.low_watermark * t.capacity as f64 {
+                        return Ok(moved);
+                    }
+                    match g.blocks.get(id)? {
+                        Some(m) if m.tier() == idx && !g.moving.contains(&id) => {
+                            g.moving.insert(id);
+                        }
+                        _ => continue,
+                    }
+                }
+                tried = true;
+                if !self.demote(id, idx) {
+                    return Ok(moved);
+                }
+                moved += 1;
+            }
+            if !tried {
+                // the order named only blocks that left the tier meanwhile; the next
+                // pass reads it afresh
+                return Ok(moved);
+            }
+        }
     }
 
     /// One pass: bring every tier above its high watermark below its low watermark.
@@ -190,32 +261,9 @@ impl BlockStore {
             if (used as f64) <= self.conf.high_watermark * cap as f64 {
                 continue;
             }
-            // LRU order computed once per pass; entries that changed meanwhile are skipped
-            let mut candidates: Vec<(u64, u64)> = {
-                let g = self.lock();
-                g.blocks
-                    .iter()
-                    .filter(|(_, m)| m.tier() == idx && !m.moving)
-                    .map(|(id, m)| (m.last_access, *id))
-                    .collect()
-            };
-            candidates.sort_unstable();
-            for (_, id) in candidates {
-                {
-                    let mut g = self.lock();
-                    let t = &g.tiers[idx];
-                    if (t.used() as f64) < self.conf.low_watermark * t.capacity as f64 {
-                        break;
-                    }
-                    match g.blocks.get_mut(&id) {
-                        Some(m) if m.tier() == idx && !m.moving => m.moving = true,
-                        _ => continue,
-                    }
-                }
-                if !self.demote(id, idx) {
-                    break;
-                }
-                moved += 1;
+            match self.evict_tier(idx) {
+                Ok(n) => moved += n,
+                Err(e) => warn!(tier = idx, error = %e, "eviction pass failed"),
             }
         }
         if moved > 0 {
@@ -227,17 +275,14 @@ impl BlockStore {
 
 /// The least recently used committed block of tier `idx` that is not already moving;
 /// marks it moving.
-fn pick_victim(g: &mut super::block_store::Inner, idx: usize) -> Option<u64> {
-    let id = g
-        .blocks
-        .iter()
-        .filter(|(_, m)| m.tier() == idx && !m.moving)
-        .min_by_key(|(_, m)| m.last_access)
-        .map(|(id, _)| *id)?;
-    if let Some(m) = g.blocks.get_mut(&id) {
-        m.moving = true;
-    }
-    Some(id)
+fn pick_victim(g: &mut super::block_store::Inner, idx: usize) -> FsResult<Option<u64>> {
+    g.record_touches()?;
+    let moving = &g.moving;
+    let Some(&id) = g.blocks.oldest(idx, 1, |id| moving.contains(&id))?.first() else {
+        return Ok(None);
+    };
+    g.moving.insert(id);
+    Ok(Some(id))
 }
 
 /// Background eviction: runs a pass when woken after a commit, or every second.

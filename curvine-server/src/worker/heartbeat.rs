@@ -253,7 +253,6 @@ impl Session {
     /// ids from just above the last one to its own last id (the final page: to the end).
     async fn register_with(&mut self, client: &mut MasterServiceClient<Channel>) -> FsResult<()> {
         let started = Instant::now();
-        let ids = self.store.block_ids();
         let req = RegisterRequest {
             worker_id: self.worker_id,
             address: Some(self.conf.address.clone()),
@@ -277,20 +276,23 @@ impl Session {
         self.worker_id = resp.worker_id;
         self.cluster_id = resp.cluster_id;
         let per_page = self.conf.report_page.max(1);
-        let (mut start, mut first, mut pages) = (0, 0u64, 0);
+        let (mut first, mut pages, mut blocks) = (0u64, 0, 0);
         loop {
-            let end = (start + per_page).min(ids.len());
-            let chunk = &ids[start..end];
+            // one block more than a page, to know whether another page follows
+            let mut replicas = self.store.replicas_from(first, per_page + 1)?;
+            let more = replicas.len() > per_page;
+            replicas.truncate(per_page);
             // ids are distinct and in order, so only the final page can hold u64::MAX
-            let last = match chunk.last() {
-                Some(&l) if end < ids.len() => l,
+            let last = match replicas.last() {
+                Some(r) if more => r.block_id,
                 _ => u64::MAX,
             };
+            blocks += replicas.len();
             let page = BlockReportPage {
                 worker_id: self.worker_id,
                 first,
                 last,
-                blocks: self.store.replicas(chunk),
+                blocks: replicas,
             };
             let r = client
                 .report_blocks(self.request(page)?)
@@ -302,12 +304,12 @@ impl Session {
                 ));
             }
             pages += 1;
-            if end == ids.len() {
+            if !more {
                 break;
             }
-            (start, first) = (end, last + 1);
+            first = last + 1;
         }
-        info!(worker_id = self.worker_id, blocks = ids.len(), pages,
+        info!(worker_id = self.worker_id, blocks, pages,
             secs = started.elapsed().as_secs_f64(), master = %self.conf.master_addr,
             "registered with the master");
         Ok(())
@@ -350,7 +352,17 @@ impl Session {
             let ids = resp.delete_blocks;
             let n = ids.len();
             let deleted = tokio::task::spawn_blocking(move || {
-                ids.into_iter().filter(|id| store.delete(*id)).count()
+                let mut deleted = 0;
+                for id in ids {
+                    match store.delete(id) {
+                        Ok(true) => deleted += 1,
+                        Ok(false) => {}
+                        // the block stays indexed: the next full report names it again,
+                        // and the master asks again
+                        Err(e) => warn!(block = id, error = %e, "cannot delete block"),
+                    }
+                }
+                deleted
             })
             .await
             .map_err(|e| FsError::internal(e.to_string()))?;

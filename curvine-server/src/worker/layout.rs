@@ -12,6 +12,8 @@
 //! <tier dir>/blocks/<xx>/<id>.crc   its CRC sidecar
 //! <tier dir>/spare/<seq>            (tmpfs tiers) the file of a deleted block, kept for
 //!                                   a new block to write over; deleted at start
+//! <tier dir>/index/<n>/             (the last tier only) the block index, a RocksDB
+//!                                   rebuilt from `blocks/` at every start
 //! ```
 //!
 //! Sidecar format (all little endian): `b"CVC1"`, `u32 chunk_size`, `u64 block_len`, then

@@ -3,7 +3,8 @@
 //! - `layout`: the on-disk layout of a tier dir (block files, CRC sidecars, ids);
 //!   `layout::block_path(tier_dirs, block_id)` finds a committed block on disk.
 //! - `tiers`: preparing tier dirs, capacity (statvfs), per-tier accounting.
-//! - `block_store`: block index, reservations, commit, delete, block reports.
+//! - `block_store`: reservations, commit, delete, reads, block reports.
+//! - `index`: the index of committed blocks and their LRU order, in RocksDB on disk.
 //! - `eviction`: LRU demotion to the next slower tier.
 //! - `data_server`, `write_path`, `read_path`: the framed TCP data plane.
 //! - `heartbeat`: registration and heartbeats with the master.
@@ -12,6 +13,7 @@ pub mod block_store;
 pub mod data_server;
 pub mod eviction;
 pub mod heartbeat;
+mod index;
 pub mod layout;
 mod read_path;
 pub mod replicator;

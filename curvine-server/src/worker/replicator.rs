@@ -153,7 +153,7 @@ async fn run_copy(ctx: &CopyCtx, cmd: &CopyCommand) -> FsResult<()> {
         .acquire_owned()
         .await
         .map_err(|_| FsError::internal("copy semaphore closed"))?;
-    if ctx.store.block_info(cmd.block_id).is_some() {
+    if ctx.store.block_info(cmd.block_id)?.is_some() {
         return Ok(()); // already here (e.g. a repeated command)
     }
     match tokio::time::timeout(ctx.timeout, copy_block(ctx, cmd)).await {

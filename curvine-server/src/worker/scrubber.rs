@@ -75,80 +75,105 @@ pub async fn scrub_pass(
     rate: u64,
     cancel: &CancellationToken,
 ) -> FsResult<PassStats> {
-    let ids = store.block_ids();
     let mut stats = PassStats::default();
     let started = Instant::now();
-    for id in ids {
-        if cancel.is_cancelled() {
-            break;
-        }
-        let block = match store.open_read_quiet(id) {
-            Ok(b) => Arc::new(b),
-            Err(FsError::BlockNotFound { .. }) => continue, // deleted meanwhile
-            Err(e) => {
-                debug!(block = id, error = %e, "scrub: cannot open block");
-                continue;
-            }
+    let mut next = Some(0u64);
+    while let Some(from) = next {
+        let ids = store.block_ids_from(from, SCRUB_PAGE)?;
+        next = match ids.last() {
+            Some(&l) if ids.len() == SCRUB_PAGE => l.checked_add(1),
+            _ => None,
         };
-        stats.blocks += 1;
-        let cs = u64::from(block.chunk_size.max(1));
-        let step = (STEP / cs).max(1) * cs;
-        let mut off = 0u64;
-        let mut bad = None;
-        while off < block.len {
-            let n = step.min(block.len - off);
-            let b = block.clone();
-            let r = tokio::task::spawn_blocking(move || -> FsResult<Option<u64>> {
-                let mut buf = vec![0u8; n as usize];
-                b.file
-                    .read_exact_at(&mut buf, off)
-                    .map_err(|e| FsError::io_ctx(format!("scrub block {id} at {off}"), e))?;
-                let first = (off / cs) as usize;
-                let last = (off + n).div_ceil(cs) as usize;
-                let Some(crcs) = b.crcs.get(first..last) else {
-                    return Ok(Some(off));
-                };
-                Ok(verify_chunks(&buf, cs as usize, crcs)
-                    .err()
-                    .map(|i| off + i as u64 * cs))
-            })
-            .await
-            .map_err(join_err)?;
-            match r {
-                Ok(None) => {}
-                Ok(Some(at)) => {
-                    bad = Some(at);
-                    break;
-                }
-                Err(e) => {
-                    // a read error is as bad as a wrong checksum
-                    warn!(block = id, error = %e, "scrub: read failed");
-                    bad = Some(off);
-                    break;
-                }
+        for id in ids {
+            if cancel.is_cancelled() {
+                return Ok(stats);
             }
-            off += n;
-            stats.bytes += n;
-            bg.scrubbed.fetch_add(n, Ordering::Relaxed);
-            if rate > 0 {
-                let due = Duration::from_secs_f64(stats.bytes as f64 / rate as f64);
-                let elapsed = started.elapsed();
-                if due > elapsed {
-                    tokio::select! {
-                        _ = cancel.cancelled() => return Ok(stats),
-                        _ = tokio::time::sleep(due - elapsed) => {}
-                    }
-                }
-            }
-        }
-        if let Some(at) = bad {
-            warn!(block = id, offset = at, path = %block.path.display(),
-                "scrub: stored block fails its checksum; removing it");
-            if store.delete(id) {
-                bg.note_bad(id);
-            }
-            stats.bad += 1;
+            scrub_block(store, bg, rate, cancel, id, started, &mut stats).await?;
         }
     }
     Ok(stats)
+}
+
+/// Blocks listed from the index at a time by a scrub pass.
+const SCRUB_PAGE: usize = 1024;
+
+/// Verify block `id`, pausing to keep the pass at `rate` bytes/s; remove it if it
+/// fails its checksums.
+async fn scrub_block(
+    store: &Arc<BlockStore>,
+    bg: &Background,
+    rate: u64,
+    cancel: &CancellationToken,
+    id: u64,
+    started: Instant,
+    stats: &mut PassStats,
+) -> FsResult<()> {
+    let block = match store.open_read_quiet(id) {
+        Ok(b) => Arc::new(b),
+        Err(FsError::BlockNotFound { .. }) => return Ok(()), // deleted meanwhile
+        Err(e) => {
+            debug!(block = id, error = %e, "scrub: cannot open block");
+            return Ok(());
+        }
+    };
+    stats.blocks += 1;
+    let cs = u64::from(block.chunk_size.max(1));
+    let step = (STEP / cs).max(1) * cs;
+    let mut off = 0u64;
+    let mut bad = None;
+    while off < block.len {
+        let n = step.min(block.len - off);
+        let b = block.clone();
+        let r = tokio::task::spawn_blocking(move || -> FsResult<Option<u64>> {
+            let mut buf = vec![0u8; n as usize];
+            b.file
+                .read_exact_at(&mut buf, off)
+                .map_err(|e| FsError::io_ctx(format!("scrub block {id} at {off}"), e))?;
+            let first = (off / cs) as usize;
+            let last = (off + n).div_ceil(cs) as usize;
+            let Some(crcs) = b.crcs.get(first..last) else {
+                return Ok(Some(off));
+            };
+            Ok(verify_chunks(&buf, cs as usize, crcs)
+                .err()
+                .map(|i| off + i as u64 * cs))
+        })
+        .await
+        .map_err(join_err)?;
+        match r {
+            Ok(None) => {}
+            Ok(Some(at)) => {
+                bad = Some(at);
+                break;
+            }
+            Err(e) => {
+                // a read error is as bad as a wrong checksum
+                warn!(block = id, error = %e, "scrub: read failed");
+                bad = Some(off);
+                break;
+            }
+        }
+        off += n;
+        stats.bytes += n;
+        bg.scrubbed.fetch_add(n, Ordering::Relaxed);
+        if rate > 0 {
+            let due = Duration::from_secs_f64(stats.bytes as f64 / rate as f64);
+            let elapsed = started.elapsed();
+            if due > elapsed {
+                tokio::select! {
+                    _ = cancel.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(due - elapsed) => {}
+                }
+            }
+        }
+    }
+    if let Some(at) = bad {
+        warn!(block = id, offset = at, path = %block.path.display(),
+            "scrub: stored block fails its checksum; removing it");
+        if store.delete(id)? {
+            bg.note_bad(id);
+        }
+        stats.bad += 1;
+    }
+    Ok(())
 }

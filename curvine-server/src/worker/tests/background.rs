@@ -130,7 +130,7 @@ async fn failed_copies_leave_nothing_behind() {
         "{results:?}"
     );
     assert_eq!((bg.active_copies(), bg.free_permits()), (0, 1));
-    assert!(dst.store.block_ids().is_empty());
+    assert!(dst.store.block_ids().unwrap().is_empty());
     assert!(staging_empty(t2.path()));
     assert_eq!(dst.used(0), 0, "reservations released");
     src.stop().await;
@@ -160,8 +160,8 @@ async fn scrubber_removes_a_corrupt_block_and_reports_it() {
     assert_eq!(bg.take_report().1, vec![3]);
     let (_, removed) = srv.store.take_pending();
     assert_eq!(removed, vec![3]);
-    assert!(srv.store.block_info(3).is_none());
-    assert!(srv.store.block_info(2).is_some());
+    assert!(srv.store.block_info(3).unwrap().is_none());
+    assert!(srv.store.block_info(2).unwrap().is_some());
     // a clean pass finds nothing
     let stats = scrub_pass(&srv.store, &bg, 0, &CancellationToken::new())
         .await

@@ -38,23 +38,26 @@ fn index_is_rebuilt_at_start_and_staging_cleared() {
     assert!(!staging_empty(tmp.path()));
     let store = open_store(&conf, "w".into()).unwrap();
     assert!(staging_empty(tmp.path()));
-    assert_eq!(store.block_info(1), Some((CS as u64 + 1, StorageTier::Mem)));
-    assert_eq!(store.block_info(2), Some((0, StorageTier::Mem)));
     assert_eq!(
-        store.block_info(0x1_0000_0003),
+        store.block_info(1).unwrap(),
+        Some((CS as u64 + 1, StorageTier::Mem))
+    );
+    assert_eq!(store.block_info(2).unwrap(), Some((0, StorageTier::Mem)));
+    assert_eq!(
+        store.block_info(0x1_0000_0003).unwrap(),
         Some((3 * CS as u64, StorageTier::Mem))
     );
-    assert!(store.block_info(4).is_none());
+    assert!(store.block_info(4).unwrap().is_none());
     let g = store.lock();
     assert_eq!(g.tiers[0].used(), 4 * CS as u64 + 1);
     assert_eq!(g.tiers[0].blocks, 3);
     drop(g);
     let r = store.open_read(0x1_0000_0003).unwrap();
     assert_eq!(r.crcs, chunk_crcs(&pattern(3 * CS, 3), CS));
-    let ids = store.block_ids();
+    let ids = store.block_ids().unwrap();
     assert_eq!(ids, [1, 2, 0x1_0000_0003]);
-    // a page names the replicas still held, with their length and tier
-    let page = store.replicas(&[2, 4, 0x1_0000_0003]);
+    // a page names the replicas held from an id on, with their length and tier
+    let page = store.replicas_from(2, 2).unwrap();
     let got: Vec<_> = page.iter().map(|r| (r.block_id, r.len, r.tier)).collect();
     let mem = StorageTier::Mem as i32;
     assert_eq!(got, [(2, 0, mem), (0x1_0000_0003, 3 * CS as u64, mem)]);
@@ -109,7 +112,7 @@ fn blocks_with_missing_or_bad_sidecars_are_discarded_at_start() {
     std::fs::copy(&s3, &odd_sidecar).unwrap();
 
     let store = open_store(&conf, "w".into()).unwrap();
-    assert_eq!(store.block_ids(), [3]);
+    assert_eq!(store.block_ids().unwrap(), [3]);
     for gone in [&b1, &b2, &b4, &s4, &b5, &s5, &s6, &odd, &odd_sidecar] {
         assert!(!gone.exists(), "{} is left", gone.display());
     }
@@ -151,7 +154,7 @@ fn blocks_in_the_old_shard_layout_are_moved_at_start() {
     let store = open_store(&conf, "w".into()).unwrap();
     let mut want = vec![a, b, c];
     want.sort();
-    assert_eq!(store.block_ids(), want);
+    assert_eq!(store.block_ids().unwrap(), want);
     for (i, id) in [a, b, c].into_iter().enumerate() {
         let (data, sidecar) = block_path(&dirs(&conf), id).unwrap();
         assert!(data.starts_with(blocks.join(shard_name(id))) && sidecar.exists());
@@ -172,7 +175,10 @@ fn blocks_in_the_old_shard_layout_are_moved_at_start() {
     let layout = tmp.path().join("t0").join("layout");
     assert_eq!(std::fs::read_to_string(&layout).unwrap(), "2");
     drop(store);
-    assert_eq!(open_store(&conf, "w".into()).unwrap().block_ids(), want);
+    assert_eq!(
+        open_store(&conf, "w".into()).unwrap().block_ids().unwrap(),
+        want
+    );
 }
 
 #[test]
@@ -197,10 +203,10 @@ fn background_eviction_brings_a_tier_below_its_low_watermark() {
     assert_eq!(g.tiers[0].blocks + g.tiers[1].blocks, 9);
     assert_eq!(g.tiers[1].used(), 50 * 1024);
     drop(g);
-    assert_eq!(store.block_info(1).unwrap().1, StorageTier::Mem);
+    assert_eq!(store.block_info(1).unwrap().unwrap().1, StorageTier::Mem);
     for id in 2..=6u64 {
         assert_eq!(
-            store.block_info(id).unwrap().1,
+            store.block_info(id).unwrap().unwrap().1,
             StorageTier::Ssd,
             "block {id}"
         );
@@ -216,6 +222,36 @@ fn background_eviction_brings_a_tier_below_its_low_watermark() {
 }
 
 #[test]
+fn reads_gathered_past_a_batch_keep_the_lru_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut conf = conf_with(tmp.path(), &["MEM:100KB", "SSD:1MB"]);
+    conf.worker.high_watermark = 0.8;
+    conf.worker.low_watermark = 0.5;
+    let store = open_store(&conf, "w".into()).unwrap();
+    for id in 1..=9u64 {
+        put(&store, id, &pattern(10 * 1024, id as u8));
+    }
+    // more reads than one batch: some are written to the index on the way, the rest
+    // are still gathered when the eviction reads the order
+    for _ in 0..600 {
+        store.open_read(1).unwrap();
+        store.open_read(2).unwrap();
+    }
+    store.open_read(3).unwrap();
+    assert_eq!(store.evict_once(), 5);
+    for id in [1u64, 2, 3, 9] {
+        let tier = store.block_info(id).unwrap().unwrap().1;
+        assert_eq!(tier, StorageTier::Mem, "block {id}");
+    }
+    for id in 4..=8u64 {
+        let tier = store.block_info(id).unwrap().unwrap().1;
+        assert_eq!(tier, StorageTier::Ssd, "block {id}");
+    }
+    // the index lives in the last tier's directory
+    assert!(tmp.path().join("t1").join("index").is_dir());
+}
+
+#[test]
 fn delete_frees_space_and_is_reported() {
     let tmp = tempfile::tempdir().unwrap();
     let conf = conf_with(tmp.path(), &["MEM:1MB"]);
@@ -225,8 +261,8 @@ fn delete_frees_space_and_is_reported() {
     let (added, removed) = store.take_pending();
     assert_eq!(added.len(), 1);
     assert!(removed.is_empty());
-    assert!(store.delete(8));
-    assert!(!store.delete(8));
+    assert!(store.delete(8).unwrap());
+    assert!(!store.delete(8).unwrap());
     assert!(!path.exists() && !sc.exists());
     assert_eq!(store.lock().tiers[0].used(), 0);
     let (added, removed) = store.take_pending();
@@ -357,7 +393,7 @@ fn a_deleted_blocks_file_is_written_over_by_the_next_block() {
     put(&store, 1, &pattern(3 * CS + 5, 1));
     let (old, _) = block_path(&dirs(&conf), 1).unwrap();
     let ino = inode_of(&old);
-    assert!(store.delete(1));
+    assert!(store.delete(1).unwrap());
     assert!(!old.exists());
     {
         let g = store.lock();
@@ -376,7 +412,7 @@ fn a_deleted_blocks_file_is_written_over_by_the_next_block() {
     assert_eq!(r.crcs, chunk_crcs(&data, CS));
     // a restart drops what was kept
     put(&store, 3, &pattern(CS, 3));
-    assert!(store.delete(3));
+    assert!(store.delete(3).unwrap());
     assert_eq!(store.lock().tiers[0].spares.len(), 1);
     drop(store);
     let store = open_store(&conf, "w".into()).unwrap();
@@ -398,7 +434,7 @@ fn a_block_file_still_open_or_mapped_elsewhere_is_never_written_over() {
     let (p1, _) = block_path(&dirs(&conf), 1).unwrap();
     // a reader that opened the block before it was deleted
     let held = std::fs::File::open(&p1).unwrap();
-    assert!(store.delete(1));
+    assert!(store.delete(1).unwrap());
     assert!(store.lock().tiers[0].spares.is_empty());
     put(&store, 2, &pattern(2 * CS, 2));
     let mut back = vec![0u8; first.len()];
@@ -413,7 +449,7 @@ fn a_block_file_still_open_or_mapped_elsewhere_is_never_written_over() {
     let f = std::fs::File::open(&p2).unwrap();
     let map = Mapping::of(&f, 2 * CS);
     drop(f);
-    assert!(store.delete(2));
+    assert!(store.delete(2).unwrap());
     assert!(store.lock().tiers[0].spares.is_empty());
     put(&store, 3, &pattern(2 * CS, 3));
     assert_eq!(map.bytes(), &pattern(2 * CS, 2)[..]);
@@ -432,7 +468,7 @@ fn spares_give_way_to_a_reservation_that_needs_their_room() {
         put(&store, id, &pattern(4 * CS, id as u8));
     }
     for id in 1..=3 {
-        assert!(store.delete(id));
+        assert!(store.delete(id).unwrap());
     }
     assert_eq!(store.lock().tiers[0].spare_bytes(), 12 * CS as u64);
     // 14 chunks fit only once the spares are gone (the reservation comes first)
