@@ -181,10 +181,10 @@ fn blocks_in_the_old_shard_layout_are_moved_at_start() {
     );
 }
 
-#[test]
-fn background_eviction_brings_a_tier_below_its_low_watermark() {
-    let tmp = tempfile::tempdir().unwrap();
-    let mut conf = conf_with(tmp.path(), &["MEM:100KB", "SSD:1MB"]);
+/// A store under `root` with a 100KB MEM tier (watermarks 0.8 and 0.5) over an SSD
+/// tier, and blocks 1 to 9 of 10 KiB each in MEM: past the high watermark.
+fn nine_blocks_past_the_high_watermark(root: &std::path::Path) -> Arc<BlockStore> {
+    let mut conf = conf_with(root, &["MEM:100KB", "SSD:1MB"]);
     conf.worker.high_watermark = 0.8;
     conf.worker.low_watermark = 0.5;
     let store = open_store(&conf, "w".into()).unwrap();
@@ -194,6 +194,13 @@ fn background_eviction_brings_a_tier_below_its_low_watermark() {
             StorageTier::Mem
         );
     }
+    store
+}
+
+#[test]
+fn background_eviction_brings_a_tier_below_its_low_watermark() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = nine_blocks_past_the_high_watermark(tmp.path());
     // touch the oldest so it survives
     store.open_read(1).unwrap();
     let moved = store.evict_once();
@@ -224,13 +231,7 @@ fn background_eviction_brings_a_tier_below_its_low_watermark() {
 #[test]
 fn reads_gathered_past_a_batch_keep_the_lru_order() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut conf = conf_with(tmp.path(), &["MEM:100KB", "SSD:1MB"]);
-    conf.worker.high_watermark = 0.8;
-    conf.worker.low_watermark = 0.5;
-    let store = open_store(&conf, "w".into()).unwrap();
-    for id in 1..=9u64 {
-        put(&store, id, &pattern(10 * 1024, id as u8));
-    }
+    let store = nine_blocks_past_the_high_watermark(tmp.path());
     // more reads than one batch: some are written to the index on the way, the rest
     // are still gathered when the eviction reads the order
     for _ in 0..600 {
