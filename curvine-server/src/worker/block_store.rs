@@ -1,11 +1,12 @@
-//! Block store: the index of committed blocks across the worker's tiers, space
-//! reservations for writes, commit (staging -> blocks), deletion and the pending
-//! incremental block report. All file I/O here is blocking; callers on the async
-//! runtime use `spawn_blocking` (or accept that tmpfs metadata calls are fast).
+//! Block store: the committed blocks across the worker's tiers (their index is in
+//! RocksDB, `index`), space reservations for writes, commit (staging -> blocks), reads,
+//! deletion and the pending incremental block report. All file I/O here is blocking;
+//! callers on the async runtime use `spawn_blocking` (or accept that tmpfs metadata
+//! calls and the index's reads and unlogged writes, mostly in memory, are fast).
 //!
 //! Locking: one `std::sync::Mutex` over the index and the accounting; it is never held
-//! across a data copy, only across a few metadata syscalls (renames) that must be atomic
-//! with the index update.
+//! across a data copy, only across the index's calls and a few metadata syscalls
+//! (renames) that must be atomic with the index update.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
