@@ -202,51 +202,75 @@ impl BlockIndex {
         Ok(self.get(id)?.is_some())
     }
 
-    /// Write `new` for `id`, whose entry is `old` (None: it has none).
-    pub fn replace(&self, id: u64, old: Option<&BlockMeta>, new: &BlockMeta) -> FsResult<()> {
+    /// Add to `b` the writes that make `new` the entry of `id`, whose entry is `old`
+    /// (None: it has none): the entry, and its place in the LRU order.
+    fn stage(
+        &self,
+        b: &mut WriteBatch,
+        id: u64,
+        old: Option<&BlockMeta>,
+        new: &BlockMeta,
+    ) -> FsResult<()> {
         let lru = self.lru()?;
-        let mut b = WriteBatch::default();
         if let Some(o) = old {
             b.delete_cf(lru, o.lru_key(id));
         }
         b.put(id.to_be_bytes(), new.encode());
         b.put_cf(lru, new.lru_key(id), []);
+        Ok(())
+    }
+
+    fn write(&self, b: WriteBatch) -> FsResult<()> {
         self.db
             .write_opt(b, &self.write)
             .map_err(|e| self.err("write", e))
     }
 
-    /// Record that each block of `reads` (id, tick) was read at that tick, in one
-    /// write. Blocks no longer in the index are passed over; an id read several times
-    /// counts its latest read.
-    pub fn touch_all(&self, reads: &mut [(u64, u64)]) -> FsResult<()> {
-        reads.sort_unstable();
-        let lru = self.lru()?;
+    /// Write `new` for `id`, whose entry is `old` (None: it has none).
+    pub fn replace(&self, id: u64, old: Option<&BlockMeta>, new: &BlockMeta) -> FsResult<()> {
         let mut b = WriteBatch::default();
-        for (i, &(id, tick)) in reads.iter().enumerate() {
-            if reads.get(i + 1).is_some_and(|n| n.0 == id) {
-                continue;
+        self.stage(&mut b, id, old, new)?;
+        self.write(b)
+    }
+
+    /// Record that each block of `reads` (id, tick) was read at that tick: one batched
+    /// read of their entries, one write. Blocks no longer in the index are passed over;
+    /// an id read several times counts its latest read.
+    pub fn touch_all(&self, reads: &mut Vec<(u64, u64)>) -> FsResult<()> {
+        // by id, then tick: of each id's reads keep one, with the latest tick
+        reads.sort_unstable();
+        reads.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                kept.1 = later.1;
             }
-            let Some(m) = self.get(id)? else {
+            same
+        });
+        let cf = self
+            .db
+            .cf_handle(rocksdb::DEFAULT_COLUMN_FAMILY_NAME)
+            .ok_or_else(|| self.err("open", "missing column family default"))?;
+        let keys: Vec<[u8; 8]> = reads.iter().map(|(id, _)| id.to_be_bytes()).collect();
+        let found = self.db.batched_multi_get_cf(cf, keys.iter(), true);
+        let mut b = WriteBatch::default();
+        for (&(id, tick), v) in reads.iter().zip(found) {
+            let Some(v) = v.map_err(|e| self.err("read", e))? else {
                 continue;
             };
-            if m.last_access >= tick {
-                continue;
+            let m = BlockMeta::decode(&v)
+                .ok_or_else(|| self.err("read", format!("block {id}: malformed entry")))?;
+            if m.last_access < tick {
+                let now = BlockMeta {
+                    last_access: tick,
+                    ..m.clone()
+                };
+                self.stage(&mut b, id, Some(&m), &now)?;
             }
-            let now = BlockMeta {
-                last_access: tick,
-                ..m.clone()
-            };
-            b.delete_cf(lru, m.lru_key(id));
-            b.put(id.to_be_bytes(), now.encode());
-            b.put_cf(lru, now.lru_key(id), []);
         }
         if b.is_empty() {
             return Ok(());
         }
-        self.db
-            .write_opt(b, &self.write)
-            .map_err(|e| self.err("write", e))
+        self.write(b)
     }
 
     /// Remove `id`; its entry, if it had one.
@@ -257,23 +281,17 @@ impl BlockIndex {
         let mut b = WriteBatch::default();
         b.delete(id.to_be_bytes());
         b.delete_cf(self.lru()?, old.lru_key(id));
-        self.db
-            .write_opt(b, &self.write)
-            .map_err(|e| self.err("write", e))?;
+        self.write(b)?;
         Ok(Some(old))
     }
 
     /// Add blocks the index does not have, in one write (the scan at start).
     pub fn insert_new(&self, entries: &[(u64, BlockMeta)]) -> FsResult<()> {
-        let lru = self.lru()?;
         let mut b = WriteBatch::default();
         for (id, m) in entries {
-            b.put(id.to_be_bytes(), m.encode());
-            b.put_cf(lru, m.lru_key(*id), []);
+            self.stage(&mut b, *id, None, m)?;
         }
-        self.db
-            .write_opt(b, &self.write)
-            .map_err(|e| self.err("write", e))
+        self.write(b)
     }
 
     /// Up to `limit` entries from block id `start` on, in order of id.
@@ -380,7 +398,7 @@ mod tests {
         assert_eq!(ix.oldest(1, 10, |_| false).unwrap(), [12]);
         // read: last; a read older than the entry, and one of a block since removed,
         // change nothing
-        ix.touch_all(&mut [(11, 9), (99, 10), (10, 2), (11, 5)])
+        ix.touch_all(&mut vec![(11, 9), (99, 10), (10, 2), (11, 5)])
             .unwrap();
         assert_eq!(ix.oldest(0, 10, |_| false).unwrap(), [13, 10, 11]);
         assert_eq!(ix.get(11).unwrap().unwrap().last_access, 9);
