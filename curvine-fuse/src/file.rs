@@ -249,7 +249,10 @@ impl FileState {
                 Content::Dirty(d) => return d.set_len(len),
                 Content::Streaming(_) if !self.ahead.is_empty() => self.settle_ahead().await?,
                 Content::Streaming(w) => {
-                    if len >= w.pos() {
+                    // The master keeps the length the file had when the stream opened
+                    // (a preallocated file being filled), so a length below it cannot
+                    // wait for the close: the stream completes and the file is cut.
+                    if len >= w.pos() && len >= w.status().len {
                         self.zero_tail = len;
                         return Ok(());
                     }
@@ -384,6 +387,37 @@ mod tests {
             let mut want = chunk(0);
             want.extend(chunk(9));
             assert!(fs.read_file("/again").await.unwrap() == want);
+            cluster.shutdown().await.unwrap();
+        });
+    }
+
+    /// A file with a hole past its data, filled by a stream from the data's end, then
+    /// cut to a length between the stream's end and the length it had: the cut holds
+    /// at close (the master kept the old length for a stream that did not reach it).
+    #[test]
+    fn a_cut_while_filling_a_hole_holds_at_close() {
+        runtime().block_on(async {
+            let cluster = MiniCluster::builder().start().await.unwrap();
+            let fs = CurvineFs::connect(cluster.client_conf()).await.unwrap();
+            let p = "/cut";
+            let mut s = FileState::new(Spill::new(std::env::temp_dir(), 1 << 20));
+            s.start_stream(fs.create(p, false).await.unwrap());
+            s.write(&fs, p, 0, &[1u8; 0x640]).await.unwrap();
+            s.flush(&fs, p).await.unwrap();
+            s.set_len(&fs, p, 0x33b99).await.unwrap();
+            // past the data's end: a stream fills the hole from there
+            s.write(&fs, p, 0x14000, &[2u8; 0x5000]).await.unwrap();
+            s.write(&fs, p, 0x1a1ed, &[3u8; 0x528a]).await.unwrap();
+            assert!(matches!(s.content, Content::Streaming(_)));
+            s.set_len(&fs, p, 0x21cc7).await.unwrap();
+            assert_eq!(s.local_len().unwrap_or(0x21cc7), 0x21cc7);
+            s.flush(&fs, p).await.unwrap();
+            assert_eq!(fs.stat(p).await.unwrap().len, 0x21cc7);
+            let mut want = vec![0u8; 0x21cc7];
+            want[..0x640].fill(1);
+            want[0x14000..0x19000].fill(2);
+            want[0x1a1ed..0x1f477].fill(3);
+            assert!(fs.read_file(p).await.unwrap() == want);
             cluster.shutdown().await.unwrap();
         });
     }
