@@ -25,6 +25,9 @@ use crate::dirty::{DirtyBuf, Spill};
 /// At most this many bytes of one file wait for the bytes before them.
 const AHEAD_MAX: usize = 32 << 20;
 
+/// Zeros written in one piece by `zero_range`.
+const ZERO_CHUNK: usize = 1 << 20;
+
 /// Whether `[off, end)` overlaps one of the waiting writes `ahead`.
 fn overlaps(ahead: &BTreeMap<u64, Vec<u8>>, off: u64, end: u64) -> bool {
     ahead
@@ -271,6 +274,38 @@ impl FileState {
                 }
             }
         }
+    }
+
+    /// Make bytes `[off, end)` read as zeros; the length stays (fallocate PUNCH_HOLE and
+    /// ZERO_RANGE).
+    pub async fn zero_range(
+        &mut self,
+        fs: &CurvineFs,
+        path: &str,
+        off: u64,
+        end: u64,
+    ) -> FsResult<()> {
+        let len = match self.local_len() {
+            Some(len) => len,
+            None => fs.stat(path).await?.len,
+        };
+        if off >= len {
+            return Ok(());
+        }
+        if end >= len {
+            // the range reaches the end: cut there and grow back, which leaves a hole
+            // that stores no zeros
+            self.set_len(fs, path, off).await?;
+            return self.set_len(fs, path, len).await;
+        }
+        let zeros = vec![0u8; ((end - off) as usize).min(ZERO_CHUNK)];
+        let mut at = off;
+        while at < end {
+            let n = ((end - at) as usize).min(zeros.len());
+            self.write(fs, path, at, &zeros[..n]).await?;
+            at += n as u64;
+        }
+        Ok(())
     }
 
     /// The status Curvine reported when a stream that wrote the whole file closed: the

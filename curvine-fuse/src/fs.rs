@@ -68,6 +68,12 @@ impl Version {
     }
 }
 
+/// A change of a file's content made without a handle's write.
+enum Edit {
+    SetLen(u64),
+    Zero { off: u64, end: u64 },
+}
+
 /// `open` reply flag: reads and writes of this handle skip the kernel's page cache.
 pub(crate) const FOPEN_DIRECT_IO: u32 = 1 << 0;
 /// `open` reply flag: keep the file's pages in the kernel's cache.
@@ -753,11 +759,27 @@ impl CurvineFuse {
 
     /// truncate(2)/ftruncate(2): set the length of `ino`.
     pub(crate) async fn set_len(&self, ino: u64, len: u64) -> Result<()> {
+        self.edit(ino, Edit::SetLen(len)).await
+    }
+
+    /// fallocate(2) with PUNCH_HOLE or ZERO_RANGE: bytes `[off, end)` of `ino` read as
+    /// zeros; the length stays.
+    pub(crate) async fn zero_range(&self, ino: u64, off: u64, end: u64) -> Result<()> {
+        self.edit(ino, Edit::Zero { off, end }).await
+    }
+
+    async fn edit(&self, ino: u64, edit: Edit) -> Result<()> {
         self.check_writable()?;
         let path = self.path_of(ino)?;
         let state = self.open_state(ino);
         self.forget_cached(ino);
-        let res = state.write().await.set_len(&self.fs, &path, len).await;
+        let res = {
+            let mut s = state.write().await;
+            match edit {
+                Edit::SetLen(len) => s.set_len(&self.fs, &path, len).await,
+                Edit::Zero { off, end } => s.zero_range(&self.fs, &path, off, end).await,
+            }
+        };
         self.close_state(ino).await;
         res.map_err(|e| errno(&e))
     }

@@ -18,7 +18,9 @@ use crate::inodes::ROOT_INO;
 const XATTR_LOCAL_NAMESPACES: [&str; 2] = ["security.", "system."];
 const RENAME_NOREPLACE: u32 = 1;
 const RENAME_EXCHANGE: u32 = 2;
-const FALLOC_FL_KEEP_SIZE: u32 = 1;
+const FALLOC_FL_KEEP_SIZE: u32 = libc::FALLOC_FL_KEEP_SIZE as u32;
+const FALLOC_FL_PUNCH_HOLE: u32 = libc::FALLOC_FL_PUNCH_HOLE as u32;
+const FALLOC_FL_ZERO_RANGE: u32 = libc::FALLOC_FL_ZERO_RANGE as u32;
 
 fn e(err: FsError) -> Errno {
     errno(&err)
@@ -766,14 +768,22 @@ impl Filesystem for CurvineFuse {
         mode: u32,
     ) -> Result<()> {
         self.check_writable()?;
-        if mode & !FALLOC_FL_KEEP_SIZE != 0 {
+        // the kernel has already refused a hole punched without KEEP_SIZE, and a punch
+        // combined with ZERO_RANGE
+        if mode & !(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0 {
             return Err(Errno::from(libc::EOPNOTSUPP));
         }
-        if mode & FALLOC_FL_KEEP_SIZE != 0 {
+        let end = offset
+            .checked_add(length)
+            .filter(|&end| end <= i64::MAX as u64)
+            .ok_or_else(|| Errno::from(libc::EFBIG))?;
+        if mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0 {
+            self.zero_range(inode, offset, end).await?;
+        }
+        if mode & (FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE) != 0 {
             return Ok(());
         }
         let path = self.path_of(inode)?;
-        let end = offset + length;
         let st = self.fs.lstat(&path).await.map_err(e)?;
         let cur = self.attr_of(&st).await.size;
         if end > cur {
