@@ -29,6 +29,6 @@ fi
 command -v cargo >/dev/null 2>&1 || die "cargo not found: install a Rust toolchain (rustup, Rust >= 1.87) and rerun"
 
 if [ "${SETUP_NO_BUILD:-0}" != 1 ]; then
-  echo "setup: cargo build --release (a cold build takes several minutes, mostly RocksDB's C++)"
+  echo "setup: cargo build --release (a cold build takes about half an hour on 2 cores)"
   (cd "$CURVINE_HOME" && cargo build --release --workspace --bins)
 fi

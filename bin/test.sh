@@ -2,7 +2,7 @@
 # Every test suite: set up, lint, the Rust tests (unit + MiniCluster integration), then
 # the Java client's tests (JNI tests and Hadoop's FileSystem contract tests under Maven,
 # against a real cluster the tests start).
-#   LINT=0 bin/test.sh    skip fmt/clippy
+#   LINT=0 bin/test.sh    skip fmt, clippy and rustdoc
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$CURVINE_HOME"
@@ -13,6 +13,9 @@ if [ "${LINT:-1}" = 1 ]; then
   cargo fmt --all -- --check
   echo "== cargo clippy"
   cargo clippy --release --workspace --all-targets -- -D warnings
+  echo "== cargo doc"
+  # --release: the build scripts' output (RocksDB's C++) is shared with the builds above
+  RUSTDOCFLAGS=-Dwarnings cargo doc --release --no-deps --workspace
 fi
 echo "== Rust tests"
 cargo test --release --workspace --features curvine-server/fault-injection --no-fail-fast

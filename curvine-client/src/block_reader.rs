@@ -212,7 +212,7 @@ const DIRECT_MAX: usize = 1 << 20;
 /// Through the page cache, every byte read from an SSD block was copied into a new page
 /// cache page first, a second cached copy of data Curvine already caches, which the
 /// kernel must then reclaim; on this project's VMs filling new pages is also where most
-/// of the time went (bench/README.md, session 14). O_DIRECT reads go from the disk into
+/// of the time went. O_DIRECT reads go from the disk into
 /// the window, which is reused. The window doubles while reads follow each other, up to
 /// `DIRECT_MAX`, and starts again at `DIRECT_MIN` after a jump, so that random reads
 /// read little more than they ask for.
@@ -242,7 +242,7 @@ struct DirectWindow {
 }
 
 /// Windows a sequential O_DIRECT reader reads ahead. Two readers on this project's
-/// disk (bench/README.md, session 17): with one window, 2.1 requests in flight and
+/// disk: with one window, 2.1 requests in flight and
 /// 2.14-2.25 GiB/s; two, 3.9 and 2.45-2.49; four, 7.1 and 2.65-2.70. Each window is a
 /// 2 MiB huge page (1 MiB used) while the reader reads on, and 1 MiB read in vain when
 /// it stops.

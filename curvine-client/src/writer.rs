@@ -39,7 +39,7 @@ const SPARE_COPY_BYTES: usize = 256 << 20;
 /// writer to the next one. A copy grows to the block size (128 MiB) for every block
 /// sent over the network; made afresh per file, its pages were faulted in and zeroed by
 /// the kernel each time, and the growing vector copied itself on the way: 55 % of the
-/// client's time in a data-plane `fs.write` (bench/README.md, session 17). Up to
+/// client's time in a data-plane `fs.write`. Up to
 /// `SPARE_COPY_BYTES` of copies are kept; the client's lease task drops those unused for
 /// one of its periods (20 s by default).
 #[derive(Default)]
@@ -121,8 +121,7 @@ impl Pending {
     /// Append `data`. The buffer doubles as it must grow, up to `full` (a frame) and
     /// past it only as far as `data` needs: a writer of a small file allocates little.
     /// Growing straight to a whole frame zeroed 1 MiB for every new writer, and a
-    /// client writing 4 KiB files spent half its time doing that (bench/README.md,
-    /// session 20).
+    /// client writing 4 KiB files spent half its time doing that.
     fn extend(&mut self, data: &[u8], full: usize) {
         let (len, need) = (self.0.len(), self.0.len() + data.len());
         if self.0.capacity() < need {

@@ -82,8 +82,8 @@ const HUGE: usize = 2 << 20;
 /// contiguous run of the buffer. Into 4 KiB pages from anywhere, a 1 MiB read is 256
 /// entries, more than this project's virtio disk takes in one request (254), and each
 /// request took 0.91-1.23 ms; into one huge page it is a single entry and took 0.73-0.79
-/// ms, and SSD reads went from 1.27-1.71 to 1.98-2.08 GiB/s (bench/README.md, session
-/// 16). Where the kernel has no huge pages to give, the advice is refused or does
+/// ms, and SSD reads went from 1.27-1.71 to 1.98-2.08 GiB/s.
+/// Where the kernel has no huge pages to give, the advice is refused or does
 /// nothing and the buffer works as plain pages. The mapping is fresh, so its pages are
 /// zero until written; no bytes are touched before the first read fills them.
 #[derive(Debug)]

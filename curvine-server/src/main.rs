@@ -47,7 +47,7 @@ fn main() {
 /// large blocks (memtable arenas, compaction buffers) that glibc's sliding mmap threshold
 /// moved into those heaps after the first one was freed. Two arenas and a fixed 128 KiB
 /// threshold (large blocks mapped and unmapped, given back when freed): 58 MiB at a
-/// million files, with no change in metadata throughput (bench/README.md, session 16).
+/// million files, with no change in metadata throughput.
 /// jemalloc for the whole process (RocksDB's C++ included) gave 67 MiB. The worker
 /// keeps the defaults: its data-plane buffers are large and reused, and mapping each one
 /// afresh would fault in every page on every request.

@@ -45,7 +45,7 @@ const SIDECAR_HEADER: usize = 16;
 
 /// The shard directory of a block: the low byte of its file's inode number mixed with
 /// its index in the file, so that the blocks of one-block files spread over all 256.
-/// (Until session 22 it was `block_id % 256`, the index alone: every block that began a
+/// (It used to be `block_id % 256`, the index alone: every block that began a
 /// file went to shard 00. `migrate_shards` moves blocks left there.)
 pub fn shard_of(block_id: u64) -> u8 {
     (block_id ^ (block_id >> BLOCK_INDEX_BITS)) as u8

@@ -25,7 +25,7 @@ pub struct Tier {
     /// Files of deleted blocks kept for new blocks to write over, with their sizes. On
     /// tmpfs, writing over pages that exist costs a copy; writing a new file also costs
     /// allocating every page, and in a VM that hands freed memory back to its host, a
-    /// host fault per page as well (bench/README.md, session 14). They are not counted
+    /// host fault per page as well. They are not counted
     /// as used, and give way to any reservation that needs their room.
     pub spares: Vec<(PathBuf, u64)>,
 }

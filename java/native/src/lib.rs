@@ -1,7 +1,7 @@
 //! JNI library behind the Java client (`io.curvine.CurvineFileSystem`).
 //!
 //! Java calls the static natives of `io.curvine.NativeFs`; every entry point runs inside
-//! [`error::guard`], which catches panics and turns every failure into a Java exception
+//! `error::guard`, which catches panics and turns every failure into a Java exception
 //! (an error code mapped to the Hadoop exception type on the Java side). Clients,
 //! readers and writers live in handle tables, so a stale or closed handle is a clean
 //! `IOException`, never a dangling pointer.
