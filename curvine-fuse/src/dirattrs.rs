@@ -87,9 +87,16 @@ impl DirAttrs {
     /// This mount changed an entry of directory `ino` (created or removed one), and the
     /// master stamped the directory with the time `at_ms`.
     pub(crate) fn stamped(&self, ino: u64, at_ms: i64) {
+        self.stamped_links(ino, at_ms, 0);
+    }
+
+    /// `stamped`, for a change that also added (`links` 1) or removed (-1) a
+    /// subdirectory, whose `..` is a link of the directory.
+    pub(crate) fn stamped_links(&self, ino: u64, at_ms: i64, links: i32) {
         let mut map = self.lock();
         match map.get_mut(&ino) {
             Some(Entry::Copy(attr, _)) => {
+                attr.nlink = attr.nlink.saturating_add_signed(links).max(2);
                 if at_ms > ms(attr.mtime) {
                     attr.mtime = ts(at_ms);
                 }
