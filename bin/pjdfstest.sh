@@ -59,7 +59,15 @@ sed -e "s#/var/tmp/curvine#$W#g" -e "s#/dev/shm/curvine#$SHM#g" \
     -e "s#127.0.0.1:8995#127.0.0.1:$MPORT#" -e "s#^mnt_path = .*#mnt_path = \"$MNT\"#" \
     conf/curvine-cluster.toml >"$CONF"
 if [ -n "${PJDFSTEST_FUSE_CONF:-}" ]; then
-  awk -v extra="$PJDFSTEST_FUSE_CONF" '{print} $0 == "[fuse]" {print extra}' "$CONF" >"$CONF.new"
+  # its `key = value` lines (newline-separated) replace those of [fuse]
+  awk -v extra="$PJDFSTEST_FUSE_CONF" '
+    BEGIN { n = split(extra, lines, "\n"); for (i = 1; i <= n; i++) { split(lines[i], kv, "="); k = kv[1]; gsub(/[ \t]/, "", k); keys[k] = 1 } }
+    /^\[/ { in_fuse = ($0 == "[fuse]") }
+    { k = $0; sub(/[ \t]*=.*/, "", k) }
+    in_fuse && (k in keys) { next }
+    { print }
+    $0 == "[fuse]" { print extra }
+  ' "$CONF" >"$CONF.new"
   mv "$CONF.new" "$CONF"
 fi
 mkdir -p "$MNT"
@@ -83,32 +91,36 @@ done
 mkdir -p "$W/other"
 # The EROFS cases remount the mount read-only and back with mount(8), which for a FUSE
 # mount would run mount.fuse, and that would run the mount's source ("curvine") as its
-# program: `mount -i` (no helper) has the kernel remount it. The kernel refuses a
-# read-only remount (EBUSY) while it still holds inodes that earlier cases unlinked;
-# they go within moments, so the remount is tried for up to 5 s.
+# program: `mount -i` (no helper) has the kernel remount it.
 mkdir -p "$W/bin"
-MOUNT=$(command -v mount)
-cat >"$W/bin/mount" <<EOF
-#!/bin/sh
-end=\$((\$(date +%s) + 5))
-until $MOUNT -i "\$@" 2>/dev/null; do
-  [ \$(date +%s) -lt \$end ] || exec $MOUNT -i "\$@"
-  sleep 0.05
-done
-EOF
+printf '#!/bin/sh\nexec %s -i "$@"\n' "$(command -v mount)" >"$W/bin/mount"
 chmod +x "$W/bin/mount"
+# pjdfstest 0.2.2 leaks a descriptor open for writing in two cases
+# (posix_fallocate::affected_only_create_flags, ftruncate::affected_create_flags_only),
+# after which the kernel refuses every read-only remount (EBUSY) in that process, on
+# any file system. So the EROFS cases run first, in a pjdfstest of their own, and the
+# second run, of everything else, skips them.
+sed 's/^allow_remount = true/allow_remount = false/' etc/pjdfstest.toml >"$W/no-remount.toml"
+run_pjdfstest() {
+  PATH="$W/bin:$PATH" NO_COLOR=1 RUST_BACKTRACE=0 "$PJDFSTEST" -c "$1" -p "$MNT" -s "$W/other" "${@:2}"
+}
+
 echo "== pjdfstest on $MNT ${PJDFSTEST_FUSE_CONF:+($PJDFSTEST_FUSE_CONF)}"
 start=$SECONDS
 set +e
-PATH="$W/bin:$PATH" NO_COLOR=1 RUST_BACKTRACE=0 "$PJDFSTEST" -c etc/pjdfstest.toml -p "$MNT" -s "$W/other" "$@" \
-  >"$W/pjdfstest.out" 2>&1
-status=$?
+status=0
+if [ $# -eq 0 ] || printf '%s\n' "$@" | grep -q erofs; then
+  run_pjdfstest etc/pjdfstest.toml erofs >"$W/erofs.out" 2>&1 || status=1
+fi
+run_pjdfstest "$W/no-remount.toml" "$@" >"$W/pjdfstest.out" 2>&1 || status=1
 set -e
-# failures with their messages, skips with their reasons, the summary
-grep -v -E ' ok$' "$W/pjdfstest.out" || true
+# failures with their messages, skips with their reasons (the EROFS cases of the second
+# run ran in the first), the summaries
+grep -v -E ' ok$' "$W/erofs.out" 2>/dev/null || true
+grep -v -E ' ok$' "$W/pjdfstest.out" | grep -v -E '^(.*::erofs_[a-z_]+ +skipped|	Remounts \(allow_remount\) are not allowed.*)$' || true
 echo "== pjdfstest took $((SECONDS - start)) s"
 if [ "$status" -ne 0 ]; then
   echo "pjdfstest: failed cases:" >&2
-  grep -E ' FAILED' "$W/pjdfstest.out" >&2 || true
+  cat "$W"/*.out | grep -E ' FAILED' >&2 || true
   exit 1
 fi
