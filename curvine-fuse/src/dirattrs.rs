@@ -169,6 +169,14 @@ mod tests {
                 "a copy older than attr_ttl is not served"
             );
         }
+        // a subdirectory made or removed here: one link more or fewer, never below 2
+        d.stamped_links(5, 3_500, 1);
+        assert_eq!(d.get(5, Duration::MAX).unwrap().nlink, 3);
+        d.stamped_links(5, 3_600, -1);
+        d.stamped_links(5, 3_700, -1);
+        let a = d.get(5, Duration::MAX).unwrap();
+        assert_eq!((a.nlink, ms(a.mtime)), (2, 3_700));
+
         let off = DirAttrs::new(Duration::ZERO);
         off.fetched(&dir(8, 1_000), Instant::now());
         assert!(
