@@ -28,6 +28,14 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 command -v cargo >/dev/null 2>&1 || die "cargo not found: install a Rust toolchain (rustup, Rust >= 1.87) and rerun"
 
+# pjdfstest, the POSIX conformance suite bin/pjdfstest.sh runs on the FUSE mount (the
+# crates.io Rust port of FreeBSD's suite), in ~/.cargo/bin
+PJDFSTEST_VERSION=0.2.2
+if ! "$HOME/.cargo/bin/pjdfstest" --version 2>/dev/null | grep -qx "pjdfstest $PJDFSTEST_VERSION"; then
+  echo "setup: cargo install pjdfstest $PJDFSTEST_VERSION"
+  cargo install --locked --version "$PJDFSTEST_VERSION" pjdfstest
+fi
+
 if [ "${SETUP_NO_BUILD:-0}" != 1 ]; then
   echo "setup: cargo build --release (a cold build takes about half an hour on 2 cores)"
   (cd "$CURVINE_HOME" && cargo build --release --workspace --bins)

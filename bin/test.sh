@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Every test suite: set up, lint, the Rust tests (unit + MiniCluster integration), then
-# the Java client's tests (JNI tests and Hadoop's FileSystem contract tests under Maven,
-# against a real cluster the tests start).
+# Every test suite: set up, lint, the Rust tests (unit + MiniCluster integration),
+# pjdfstest (POSIX conformance) on a FUSE mount, then the Java client's tests (JNI tests
+# and Hadoop's FileSystem contract tests under Maven, against a real cluster the tests
+# start).
 #   LINT=0 bin/test.sh    skip fmt, clippy and rustdoc
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -19,6 +20,10 @@ if [ "${LINT:-1}" = 1 ]; then
 fi
 echo "== Rust tests"
 cargo test --release --workspace --features curvine-server/fault-injection --no-fail-fast
+echo "== pjdfstest on the FUSE mount"
+cargo build --release -p curvine-server -p curvine-fuse -p curvine-client --bins
+bin/pjdfstest.sh
+PJDFSTEST_FUSE_CONF='writeback_cache = true' bin/pjdfstest.sh
 echo "== Java tests"
 cargo build --release -p curvine-jni -p curvine-server
 (cd java && mvn -B -ntp test)

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use curvine_common::path::normalize;
+use curvine_common::path::{normalize_within, MAX_MOUNT_PATH_LEN, MAX_PATH_LEN};
 use curvine_common::proto::{self, CallerInfo, FileStatus, StorageTier};
 use curvine_common::{ClusterConf, FsError, FsResult};
 use tokio::sync::watch;
@@ -48,6 +48,10 @@ pub struct CurvineFs {
     pub(crate) inner: Arc<Inner>,
     uid: u32,
     gid: u32,
+    /// Supplementary groups sent with every call (see `CallerInfo.groups`).
+    groups: Arc<[u32]>,
+    /// Longest path accepted (PATH_MAX - 1, or longer for a mount).
+    max_path: usize,
 }
 
 #[allow(unsafe_code)]
@@ -69,9 +73,20 @@ fn new_client_id() -> u64 {
     (z ^ (z >> 31)).max(1)
 }
 
-/// Validate and normalize a path before it goes to the master.
-pub(crate) fn norm(path: &str) -> FsResult<String> {
-    normalize(path)
+#[allow(unsafe_code)]
+fn supplementary_groups() -> Vec<u32> {
+    // SAFETY: a size query (null buffer, 0), then a buffer of the size it gave; the
+    // kernel writes at most `n` entries.
+    unsafe {
+        let n = libc::getgroups(0, std::ptr::null_mut());
+        if n <= 0 {
+            return Vec::new();
+        }
+        let mut v = vec![0 as libc::gid_t; n as usize];
+        let got = libc::getgroups(n, v.as_mut_ptr());
+        v.truncate(got.max(0) as usize);
+        v
+    }
 }
 
 impl CurvineFs {
@@ -99,6 +114,7 @@ impl CurvineFs {
     fn with_master(conf: ClusterConf, master: MasterClient) -> CurvineFs {
         let (tx, rx) = watch::channel(());
         let (uid, gid) = effective_ids();
+        let groups: Arc<[u32]> = supplementary_groups().into();
         let inner = Arc::new(Inner {
             pool: WorkerPool::new(conf.client.connect_timeout.get()),
             master,
@@ -111,16 +127,44 @@ impl CurvineFs {
         });
         let period = (inner.conf.master.lease_timeout.get() / 3).max(Duration::from_millis(100));
         tokio::spawn(renew_leases(Arc::downgrade(&inner), rx, period));
-        CurvineFs { inner, uid, gid }
+        CurvineFs {
+            inner,
+            uid,
+            gid,
+            groups,
+            max_path: MAX_PATH_LEN - 1,
+        }
     }
 
-    /// The same connection acting as another user (FUSE requests, tests).
+    /// The same connection acting as another user (FUSE requests, tests), with no
+    /// supplementary groups.
     pub fn with_identity(&self, uid: u32, gid: u32) -> CurvineFs {
+        self.with_groups(uid, gid, &[])
+    }
+
+    /// The same connection acting as another user with supplementary `groups`.
+    pub fn with_groups(&self, uid: u32, gid: u32, groups: &[u32]) -> CurvineFs {
         CurvineFs {
             inner: self.inner.clone(),
             uid,
             gid,
+            groups: groups.into(),
+            max_path: self.max_path,
         }
+    }
+
+    /// The same connection for a mount, which makes paths longer than PATH_MAX: its
+    /// directory, then up to PATH_MAX - 1 bytes relative to a directory inside it.
+    pub fn for_mount(&self) -> CurvineFs {
+        CurvineFs {
+            max_path: MAX_MOUNT_PATH_LEN,
+            ..self.clone()
+        }
+    }
+
+    /// Validate and normalize a path before it goes to the master.
+    pub(crate) fn norm(&self, path: &str) -> FsResult<String> {
+        normalize_within(path, self.max_path)
     }
 
     pub fn conf(&self) -> &ClusterConf {
@@ -138,6 +182,7 @@ impl CurvineFs {
             user: self.inner.user.clone(),
             client_host: self.inner.conf.client.hostname.clone(),
             client_id: self.inner.client_id,
+            groups: self.groups.to_vec(),
         }
     }
 
@@ -189,7 +234,7 @@ impl CurvineFs {
         mode: u32,
     ) -> FsResult<FileStatus> {
         let req = proto::MkdirRequest {
-            path: norm(path)?,
+            path: self.norm(path)?,
             parents,
             mode,
             caller: self.caller(),
@@ -220,7 +265,7 @@ impl CurvineFs {
             opts.storage_tier
         };
         let req = proto::CreateRequest {
-            path: norm(path)?,
+            path: self.norm(path)?,
             overwrite: opts.overwrite,
             create_parents: opts.create_parents,
             mode: opts.mode,
@@ -258,7 +303,7 @@ impl CurvineFs {
     /// zeros. For writers that fill a preallocated file from its data's end.
     pub async fn append_to_data(&self, path: &str) -> FsResult<FsWriter> {
         let req = proto::AppendRequest {
-            path: norm(path)?,
+            path: self.norm(path)?,
             caller: self.caller(),
         };
         let r = rpc!(self, "append", Mutation, req).await?;
@@ -269,7 +314,7 @@ impl CurvineFs {
 
     pub async fn open(&self, path: &str) -> FsResult<FsReader> {
         let req = proto::OpenRequest {
-            path: norm(path)?,
+            path: self.norm(path)?,
             caller: self.caller(),
         };
         let r = rpc!(self, "open", Idempotent, req).await?;
@@ -280,7 +325,7 @@ impl CurvineFs {
     /// The blocks of a file and the workers holding each (for data locality).
     pub async fn block_locations(&self, path: &str) -> FsResult<Vec<proto::LocatedBlock>> {
         let req = proto::OpenRequest {
-            path: norm(path)?,
+            path: self.norm(path)?,
             caller: self.caller(),
         };
         Ok(rpc!(self, "open", Idempotent, req).await?.blocks)
@@ -288,7 +333,7 @@ impl CurvineFs {
 
     async fn get_status(&self, path: &str, follow_symlink: bool) -> FsResult<FileStatus> {
         let req = proto::GetStatusRequest {
-            path: norm(path)?,
+            path: self.norm(path)?,
             follow_symlink,
             caller: self.caller(),
         };
@@ -339,7 +384,7 @@ impl CurvineFs {
         limit: u32,
     ) -> FsResult<(Vec<FileStatus>, bool)> {
         let req = proto::ListRequest {
-            path: norm(path)?,
+            path: self.norm(path)?,
             start_after: start_after.to_string(),
             limit,
             caller: self.caller(),
@@ -361,8 +406,8 @@ impl CurvineFs {
     /// both parent directories (0 when the rename changed nothing).
     pub async fn rename_stamped(&self, src: &str, dst: &str, flags: u32) -> FsResult<i64> {
         let req = proto::RenameRequest {
-            src: norm(src)?,
-            dst: norm(dst)?,
+            src: self.norm(src)?,
+            dst: self.norm(dst)?,
             flags,
             caller: self.caller(),
         };
@@ -376,7 +421,7 @@ impl CurvineFs {
     /// `delete`, returning the time the master gave the parent directory's mtime and
     /// ctime (0 when the master does not tell).
     pub async fn delete_stamped(&self, path: &str, recursive: bool) -> FsResult<i64> {
-        let path = norm(path)?;
+        let path = self.norm(path)?;
         let req = proto::DeleteRequest {
             path: path.clone(),
             recursive,
@@ -392,7 +437,7 @@ impl CurvineFs {
 
     pub async fn set_attr(&self, path: &str, attr: SetAttr) -> FsResult<FileStatus> {
         let req = proto::SetAttrRequest {
-            path: norm(path)?,
+            path: self.norm(path)?,
             mode: attr.mode,
             uid: attr.uid,
             gid: attr.gid,
@@ -400,6 +445,8 @@ impl CurvineFs {
             atime_ms: attr.atime_ms,
             replicas: attr.replicas,
             caller: self.caller(),
+            no_follow: attr.no_follow,
+            times_now: attr.times_now,
         };
         let r = rpc!(self, "set_attr", Mutation, req).await?;
         status_of(r.status, "set_attr")
@@ -409,7 +456,7 @@ impl CurvineFs {
     /// zeros and takes no space; one master call either way.
     pub async fn truncate(&self, path: &str, len: u64) -> FsResult<()> {
         let req = proto::TruncateRequest {
-            path: norm(path)?,
+            path: self.norm(path)?,
             len,
             caller: self.caller(),
         };
@@ -427,7 +474,7 @@ impl CurvineFs {
         }
         let req = proto::SymlinkRequest {
             target: target.to_string(),
-            link: norm(link)?,
+            link: self.norm(link)?,
             caller: self.caller(),
         };
         let r = rpc!(self, "symlink", Mutation, req).await?;
@@ -445,7 +492,7 @@ impl CurvineFs {
         rdev: u32,
     ) -> FsResult<FileStatus> {
         let req = proto::MknodRequest {
-            path: norm(path)?,
+            path: self.norm(path)?,
             file_type: file_type as i32,
             mode,
             rdev,
@@ -457,7 +504,7 @@ impl CurvineFs {
 
     pub async fn readlink(&self, path: &str) -> FsResult<String> {
         let req = proto::ReadlinkRequest {
-            path: norm(path)?,
+            path: self.norm(path)?,
             caller: self.caller(),
         };
         let r = rpc!(self, "readlink", Idempotent, req).await?;
@@ -467,8 +514,8 @@ impl CurvineFs {
     /// Create a hard link `dst` to the file `src`.
     pub async fn link(&self, src: &str, dst: &str) -> FsResult<FileStatus> {
         let req = proto::LinkRequest {
-            src: norm(src)?,
-            dst: norm(dst)?,
+            src: self.norm(src)?,
+            dst: self.norm(dst)?,
             caller: self.caller(),
         };
         let r = rpc!(self, "link", Mutation, req).await?;
@@ -483,7 +530,7 @@ impl CurvineFs {
         flags: u32,
     ) -> FsResult<()> {
         let req = proto::SetXattrRequest {
-            path: norm(path)?,
+            path: self.norm(path)?,
             name: name.to_string(),
             value: value.to_vec(),
             flags,
@@ -495,7 +542,7 @@ impl CurvineFs {
 
     pub async fn get_xattr(&self, path: &str, name: &str) -> FsResult<Vec<u8>> {
         let req = proto::GetXattrRequest {
-            path: norm(path)?,
+            path: self.norm(path)?,
             name: name.to_string(),
             caller: self.caller(),
         };
@@ -505,7 +552,7 @@ impl CurvineFs {
 
     pub async fn list_xattr(&self, path: &str) -> FsResult<Vec<String>> {
         let req = proto::ListXattrRequest {
-            path: norm(path)?,
+            path: self.norm(path)?,
             caller: self.caller(),
         };
         let r = rpc!(self, "list_xattr", Idempotent, req).await?;
@@ -514,7 +561,7 @@ impl CurvineFs {
 
     pub async fn remove_xattr(&self, path: &str, name: &str) -> FsResult<()> {
         let req = proto::RemoveXattrRequest {
-            path: norm(path)?,
+            path: self.norm(path)?,
             name: name.to_string(),
             caller: self.caller(),
         };

@@ -48,4 +48,10 @@ pub struct SetAttr {
     pub mtime_ms: Option<i64>,
     pub atime_ms: Option<i64>,
     pub replicas: Option<u32>,
+    /// Change a symlink itself (lchown, lutimes), not what it points to.
+    pub no_follow: bool,
+    /// Set mtime and atime to the master's now (utimensat's UTIME_NOW), which a writer
+    /// who is not the owner may do; `mtime_ms`/`atime_ms`, when given too, are what the
+    /// owner gets.
+    pub times_now: bool,
 }

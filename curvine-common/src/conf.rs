@@ -68,7 +68,8 @@ pub struct MasterConf {
     pub list_page_size: u32,
     /// Maximum length of one path component in bytes.
     pub max_name_len: usize,
-    /// Maximum path length in bytes.
+    /// Maximum path length in bytes. Clients refuse paths given to them of PATH_MAX
+    /// (4096) bytes or more; a mount makes longer ones (see `path::MAX_MOUNT_PATH_LEN`).
     pub max_path_len: usize,
     /// How often the master scans for blocks below their replica count, while one may be
     /// (an idle master does not scan).
@@ -115,7 +116,7 @@ impl Default for MasterConf {
             lease_timeout: Dur(Duration::from_secs(60)),
             list_page_size: 1000,
             max_name_len: 255,
-            max_path_len: 4096,
+            max_path_len: crate::path::MAX_MOUNT_PATH_LEN,
             replication_interval: Dur(Duration::from_secs(5)),
             replication_max_inflight: 64,
             replication_per_worker: 4,

@@ -3,12 +3,24 @@
 
 use crate::error::{FsError, FsResult};
 
+/// NAME_MAX: the longest name of one entry, in bytes.
 pub const MAX_NAME_LEN: usize = 255;
+/// PATH_MAX: a path given to a call is shorter than this (at most 4095 bytes: Linux
+/// counts the terminating NUL in PATH_MAX).
 pub const MAX_PATH_LEN: usize = 4096;
+/// The longest path a mount makes: its directory, then a path of up to PATH_MAX-1 bytes
+/// relative to a directory deep inside it (a program's working directory). The
+/// master's `max_path_len` is as long by default.
+pub const MAX_MOUNT_PATH_LEN: usize = 65536;
 
-/// Validate `path` and return its components (empty for `/`). Repeated and trailing
-/// slashes are accepted and ignored.
+/// Validate `path` (shorter than PATH_MAX) and return its components (empty for `/`).
+/// Repeated and trailing slashes are accepted and ignored.
 pub fn components(path: &str) -> FsResult<Vec<&str>> {
+    components_within(path, MAX_PATH_LEN - 1)
+}
+
+/// `components`, for a path of at most `max_len` bytes.
+pub fn components_within(path: &str, max_len: usize) -> FsResult<Vec<&str>> {
     let bad = |m: &str| FsError::InvalidPath {
         path: path.to_string(),
         message: m.to_string(),
@@ -22,7 +34,7 @@ pub fn components(path: &str) -> FsResult<Vec<&str>> {
     if path.contains('\0') {
         return Err(bad("contains a NUL byte"));
     }
-    if path.len() > MAX_PATH_LEN {
+    if path.len() > max_len {
         return Err(FsError::NameTooLong {
             path: path.to_string(),
         });
@@ -45,7 +57,12 @@ pub fn components(path: &str) -> FsResult<Vec<&str>> {
 
 /// The normalized form of `path` (`/a/b`, or `/`).
 pub fn normalize(path: &str) -> FsResult<String> {
-    let comps = components(path)?;
+    normalize_within(path, MAX_PATH_LEN - 1)
+}
+
+/// `normalize`, for a path of at most `max_len` bytes.
+pub fn normalize_within(path: &str, max_len: usize) -> FsResult<String> {
+    let comps = components_within(path, max_len)?;
     Ok(join(&comps))
 }
 
@@ -120,5 +137,15 @@ mod tests {
             components(&deep),
             Err(FsError::NameTooLong { .. })
         ));
+        assert_eq!(
+            components_within(&deep, MAX_MOUNT_PATH_LEN).unwrap().len(),
+            600
+        );
+        // PATH_MAX counts the NUL: 4095 bytes pass, 4096 do not
+        let under = format!("/{}", "a/".repeat(2047));
+        assert_eq!(under.len(), MAX_PATH_LEN - 1);
+        assert!(components(&under).is_ok());
+        let at = format!("{under}b");
+        assert!(matches!(components(&at), Err(FsError::NameTooLong { .. })));
     }
 }

@@ -87,9 +87,16 @@ impl DirAttrs {
     /// This mount changed an entry of directory `ino` (created or removed one), and the
     /// master stamped the directory with the time `at_ms`.
     pub(crate) fn stamped(&self, ino: u64, at_ms: i64) {
+        self.stamped_links(ino, at_ms, 0);
+    }
+
+    /// `stamped`, for a change that also added (`links` 1) or removed (-1) a
+    /// subdirectory, whose `..` is a link of the directory.
+    pub(crate) fn stamped_links(&self, ino: u64, at_ms: i64, links: i32) {
         let mut map = self.lock();
         match map.get_mut(&ino) {
             Some(Entry::Copy(attr, _)) => {
+                attr.nlink = attr.nlink.saturating_add_signed(links).max(2);
                 if at_ms > ms(attr.mtime) {
                     attr.mtime = ts(at_ms);
                 }
@@ -162,6 +169,14 @@ mod tests {
                 "a copy older than attr_ttl is not served"
             );
         }
+        // a subdirectory made or removed here: one link more or fewer, never below 2
+        d.stamped_links(5, 3_500, 1);
+        assert_eq!(d.get(5, Duration::MAX).unwrap().nlink, 3);
+        d.stamped_links(5, 3_600, -1);
+        d.stamped_links(5, 3_700, -1);
+        let a = d.get(5, Duration::MAX).unwrap();
+        assert_eq!((a.nlink, ms(a.mtime)), (2, 3_700));
+
         let off = DirAttrs::new(Duration::ZERO);
         off.fetched(&dir(8, 1_000), Instant::now());
         assert!(

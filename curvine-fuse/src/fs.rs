@@ -23,6 +23,7 @@ use crate::coherence::Coherence;
 use crate::dirattrs::DirAttrs;
 use crate::dirty::Spill;
 use crate::file::{Content, FileState};
+use crate::groups::Groups;
 use crate::inodes::{InodeTable, NameError};
 use crate::listings::Listings;
 
@@ -93,6 +94,9 @@ pub(crate) struct Handle {
     /// Block size of the file (0 until the first reader is open).
     block_size: AtomicU64,
     tick: AtomicU64,
+    /// A write through this handle already dropped (or found none of) the file's
+    /// set-ID bits.
+    set_id_checked: std::sync::atomic::AtomicBool,
 }
 
 /// Readers per handle: at most this many blocks keep an open reader. (Several readers
@@ -164,6 +168,8 @@ pub struct CurvineFuse {
     pub(crate) listings: Arc<Listings>,
     /// Memory and spill files of the files being modified in place.
     spill: Arc<Spill>,
+    /// Supplementary groups of the calling processes.
+    groups: Groups,
 }
 
 /// Where unlinked-but-open files wait for their last close, under the mount's root;
@@ -177,6 +183,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl CurvineFuse {
     /// A mount of `opts.fs_path` (which must be a directory) on the cluster `fs`.
     pub async fn new(fs: CurvineFs, opts: MountOptions) -> curvine_common::FsResult<CurvineFuse> {
+        // paths below the mount may be longer than PATH_MAX (see `for_mount`)
+        let fs = fs.for_mount();
         let root = fs.stat(&opts.fs_path).await?;
         if attr_kind_is_dir(&root) {
             Ok(CurvineFuse {
@@ -193,6 +201,7 @@ impl CurvineFuse {
                 coherence: Arc::default(),
                 listings: Arc::default(),
                 spill: Spill::new(opts.spill_dir.clone(), opts.dirty_mem),
+                groups: Groups::default(),
                 opts,
             })
         } else {
@@ -250,9 +259,10 @@ impl CurvineFuse {
     }
 
     /// The cluster acting as the caller of `req` (owner of what it creates; the master
-    /// checks its permissions).
+    /// checks its permissions), with the caller's supplementary groups.
     pub(crate) fn caller(&self, req: &Request) -> CurvineFs {
-        self.fs.with_identity(req.uid, req.gid)
+        let groups = self.groups.of(req.pid, req.uid, req.gid);
+        self.fs.with_groups(req.uid, req.gid, &groups)
     }
 
     /// Directory `ino` lost an entry through this mount and the master stamped it
@@ -293,6 +303,7 @@ impl CurvineFuse {
     pub(crate) async fn attr_of(&self, st: &FileStatus) -> FileAttr {
         let ino = self.inodes.ino_of(st.id);
         let mut attr = to_attr(st, ino);
+        self.unlinked_links(st, &mut attr);
         if let Some(state) = self.state(ino) {
             let s = state.read().await;
             if let Some(len) = s.local_len() {
@@ -338,6 +349,7 @@ impl CurvineFuse {
         let st = fs.lstat(path).await?;
         let ino = self.inodes.ino_of(st.id);
         let mut attr = to_attr(&st, ino);
+        self.unlinked_links(&st, &mut attr);
         match &guard {
             Some(g) if known == Some(ino) => {
                 if let Some(len) = g.local_len() {
@@ -350,6 +362,14 @@ impl CurvineFuse {
             }
         }
         Ok((st, attr))
+    }
+
+    /// A file unlinked while open here waits under a hidden name, which is no link a
+    /// program knows: it has one link fewer (0 after its last name went).
+    fn unlinked_links(&self, st: &FileStatus, attr: &mut FileAttr) {
+        if lock(&self.hidden).contains_key(&attr.ino) {
+            attr.nlink = st.nlink.saturating_sub(1);
+        }
     }
 
     // ---------- per-inode state and handles ----------
@@ -418,6 +438,7 @@ impl CurvineFuse {
             lanes: Mutex::new(Vec::new()),
             block_size: AtomicU64::new(0),
             tick: AtomicU64::new(0),
+            set_id_checked: std::sync::atomic::AtomicBool::new(false),
         });
         lock(&self.handles).insert(fh, h);
         fh
@@ -619,6 +640,41 @@ impl CurvineFuse {
             errno(&e)
         })?;
         Ok(data.len() as u32)
+    }
+
+    /// The kernel marks a write by a caller without CAP_FSETID (FUSE_WRITE_KILL_SUIDGID;
+    /// it does so for writes that skip its page cache): as Linux, the file loses its
+    /// set-user-ID bit, and its set-group-ID bit when group-executable, changed by the
+    /// caller of `req` (the master lets a writer drop them). Looked at once per handle.
+    pub(crate) async fn drop_set_id_for_write(
+        &self,
+        req: &Request,
+        ino: u64,
+        fh: u64,
+    ) -> Result<()> {
+        let h = self.handle(fh)?;
+        if h.set_id_checked.swap(true, Ordering::Relaxed) {
+            return Ok(());
+        }
+        let path = self.path_of(ino)?;
+        let fs = self.caller(req);
+        let st = fs.lstat(&path).await.map_err(|e| errno(&e))?;
+        // set-user-ID always, set-group-ID when group-executable
+        let mut mode = st.mode & 0o7777 & !0o4000;
+        if mode & 0o010 != 0 {
+            mode &= !0o2000;
+        }
+        if mode == st.mode & 0o7777 {
+            return Ok(());
+        }
+        let attr = CvSetAttr {
+            mode: Some(mode),
+            ..Default::default()
+        };
+        fs.set_attr(&path, attr).await.map_err(|e| errno(&e))?;
+        // the kernel holds the old mode
+        self.coherence.drop_attrs_now(ino);
+        Ok(())
     }
 
     /// Push local changes of `ino` to Curvine.

@@ -9,6 +9,7 @@ mod dirattrs;
 mod dirty;
 mod file;
 mod fs;
+mod groups;
 mod inodes;
 mod listings;
 pub mod mount;

@@ -7,7 +7,7 @@ use std::num::NonZeroU32;
 use bytes::Bytes;
 use curvine_client::{CreateOptions, FileType as CvFileType, FsError, SetAttr as CvSetAttr};
 use fuse3::raw::prelude::*;
-use fuse3::{Errno, Inode, Result};
+use fuse3::{Errno, Inode, Result, Timestamp};
 use futures_util::stream::{self, Stream};
 use tracing::{debug, info};
 
@@ -21,6 +21,8 @@ const RENAME_EXCHANGE: u32 = 2;
 const FALLOC_FL_KEEP_SIZE: u32 = libc::FALLOC_FL_KEEP_SIZE as u32;
 const FALLOC_FL_PUNCH_HOLE: u32 = libc::FALLOC_FL_PUNCH_HOLE as u32;
 const FALLOC_FL_ZERO_RANGE: u32 = libc::FALLOC_FL_ZERO_RANGE as u32;
+/// `write_flags`: the writer lacks CAP_FSETID, the file's set-ID bits go.
+const FUSE_WRITE_KILL_SUIDGID: u32 = 1 << 2;
 
 fn e(err: FsError) -> Errno {
     errno(&err)
@@ -42,6 +44,16 @@ const READDIR_BYTES: usize = 4096;
 /// Bytes one readdirplus entry takes in a reply (fuse_entry_out + fuse_dirent + name, 8-aligned).
 fn dirent_plus_size(name_len: usize) -> usize {
     (128 + 24 + name_len).div_ceil(8) * 8
+}
+
+/// Whether a setattr sets both times to now: utimensat with UTIME_NOW for both (or
+/// `touch`), which a writer who does not own the file may do. fuse3 turns the kernel's
+/// "now" flags into the time it read the request, so a time within a second of the
+/// daemon's clock counts as now; the master gives the owner the exact times sent.
+fn touches(atime: Option<Timestamp>, mtime: Option<Timestamp>) -> bool {
+    let now = curvine_common::types::now_ms();
+    let near = |t: Option<Timestamp>| t.is_some_and(|t| (ms(t) - now).abs() < 1000);
+    near(atime) && near(mtime)
 }
 
 fn is_local_xattr(name: &str) -> bool {
@@ -160,13 +172,17 @@ impl Filesystem for CurvineFuse {
             mtime_ms: set.mtime.map(ms),
             atime_ms: set.atime.map(ms),
             replicas: None,
+            // the node itself: a symlink's own owner and times (lchown, lutimes)
+            no_follow: true,
+            times_now: touches(set.atime, set.mtime),
         };
-        let st = if attrs == CvSetAttr::default() {
+        let st = if attrs.mode.is_none()
+            && attrs.uid.is_none()
+            && attrs.gid.is_none()
+            && attrs.mtime_ms.is_none()
+            && attrs.atime_ms.is_none()
+        {
             fs.lstat(&path).await.map_err(e)?
-        } else if let Some(link) = self.symlink_status(&fs, &path).await? {
-            // The master applies set_attr to a symlink's target; lchown/lutimes of the
-            // link itself are accepted and ignored rather than changing the target.
-            link
         } else {
             // local changes first, so their completion does not override the new times
             self.flush_ino(inode).await?;
@@ -275,7 +291,8 @@ impl Filesystem for CurvineFuse {
         let st = r.map_err(e)?;
         // a new directory is empty: lookups in it need not ask the master
         self.listings.made(self.inodes.ino_of(st.id), mark);
-        self.dir_attrs.stamped(parent, st.ctime_ms);
+        // its `..` is one more link of the parent
+        self.dir_attrs.stamped_links(parent, st.ctime_ms, 1);
         Ok(self.entry(&st, &path).await)
     }
 
@@ -310,7 +327,11 @@ impl Filesystem for CurvineFuse {
         if let Some(ino) = self.inodes.ino_at(&path) {
             self.listings.forget(ino);
         }
-        self.dir_stamped(parent, at);
+        if at > 0 {
+            self.dir_attrs.stamped_links(parent, at, -1);
+        } else {
+            self.dir_attrs.changed(parent);
+        }
         self.inodes.unlinked(&path);
         Ok(())
     }
@@ -372,7 +393,12 @@ impl Filesystem for CurvineFuse {
             self.note_added(new_parent, new_name, true);
         }
         for ino in [parent, new_parent] {
-            self.dir_stamped(ino, at);
+            if parent == new_parent {
+                self.dir_stamped(ino, at);
+            } else {
+                // a directory moved between them changes both link counts
+                self.dir_attrs.changed(ino);
+            }
         }
         // a renamed directory's own ctime changes too (its mtime does not)
         if let Some(ino) = self.inodes.ino_at(&src) {
@@ -423,14 +449,17 @@ impl Filesystem for CurvineFuse {
 
     async fn write(
         &self,
-        _req: Request,
+        req: Request,
         inode: Inode,
         fh: u64,
         offset: u64,
         data: &[u8],
-        _write_flags: u32,
+        write_flags: u32,
         _flags: u32,
     ) -> Result<ReplyWrite> {
+        if write_flags & FUSE_WRITE_KILL_SUIDGID != 0 {
+            self.drop_set_id_for_write(&req, inode, fh).await?;
+        }
         let written = CurvineFuse::write(self, inode, fh, offset, data).await?;
         Ok(ReplyWrite { written })
     }
@@ -710,8 +739,10 @@ impl Filesystem for CurvineFuse {
                 let ino = self.inodes.ino_of(st.id);
                 let state = self.open_state(ino);
                 state.write().await.start_stream(w);
-                let acc = flags as i32 & libc::O_ACCMODE;
-                let fh = self.new_handle(ino, acc != libc::O_RDONLY);
+                // The handle holds the new file's stream whatever its access mode: its
+                // close (FLUSH) completes the file, so the file's times are final when
+                // close(2) returns (not at the asynchronous RELEASE).
+                let fh = self.new_handle(ino, true);
                 let entry = self.entry(&st, &path).await;
                 debug!(path, ino, "created");
                 Ok(ReplyCreated {
@@ -794,16 +825,6 @@ impl Filesystem for CurvineFuse {
 }
 
 impl CurvineFuse {
-    /// The status of `path` when it is a symlink.
-    async fn symlink_status(
-        &self,
-        fs: &curvine_client::CurvineFs,
-        path: &str,
-    ) -> Result<Option<curvine_client::FileStatus>> {
-        let st = fs.lstat(path).await.map_err(e)?;
-        Ok((kind(&st) == FileType::Symlink).then_some(st))
-    }
-
     fn dir_list(&self, fh: u64) -> Result<std::sync::Arc<Vec<curvine_client::FileStatus>>> {
         self.dirs
             .lock()

@@ -163,10 +163,9 @@ where
 async fn touch(fs: &CurvineFs, path: String) -> anyhow::Result<()> {
     match fs.stat(&path).await {
         Ok(_) => {
-            let now = curvine_common::types::now_ms();
+            // the master's now: a writer who does not own the file may set that
             let attr = SetAttr {
-                mtime_ms: Some(now),
-                atime_ms: Some(now),
+                times_now: true,
                 ..Default::default()
             };
             fs.set_attr(&path, attr).await?;

@@ -260,3 +260,28 @@ pub fn sh_as_nobody(dir: &Path, script: &str) -> (bool, String) {
     );
     (out.status.success(), text)
 }
+
+/// Run `sh -c script` in `dir` as `uid`/`gid` with supplementary `groups` (none when
+/// empty); returns (success, stdout+stderr).
+pub fn sh_as(uid: u32, gid: u32, groups: &[u32], dir: &Path, script: &str) -> (bool, String) {
+    let groups_arg = if groups.is_empty() {
+        "--clear-groups".to_string()
+    } else {
+        let list: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
+        format!("--groups={}", list.join(","))
+    };
+    let out = Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg(groups_arg)
+        .args(["sh", "-c", script])
+        .current_dir(dir)
+        .output()
+        .expect("run setpriv");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}

@@ -3,7 +3,9 @@
 use curvine_common::proto::{CallerInfo, FileStatus, ReportResponse, SetAttrRequest};
 use curvine_common::{FsError, FsResult};
 
-use super::namespace::{check, is_root, status, Namespace};
+use super::namespace::{
+    check, in_group, is_root, mode_after_chown, status, Namespace, S_ISGID, S_ISUID,
+};
 
 /// `set_xattr` flag: fail with AlreadyExists when the attribute exists.
 pub const XATTR_CREATE: u32 = 1;
@@ -14,37 +16,88 @@ const MAX_XATTR_NAME: usize = 255;
 const MAX_XATTR_VALUE: usize = 64 << 10;
 
 impl Namespace {
+    /// chmod, chown, utimensat and the replica count, with Linux's rules: the mode by
+    /// the owner (or root), or by a writer only to drop the set-ID bits a write drops;
+    /// the owner by root; the group by root, or by the owner to a group the owner is
+    /// in. A change of owner or group drops set-user-ID (and group-executable
+    /// set-group-ID) of a non-directory. Times by the owner, or set to now by a writer.
+    /// Every check comes first: a refused call changes nothing.
     pub fn set_attr(&self, req: &SetAttrRequest) -> FsResult<(FileStatus, u64)> {
         let c = req.caller.clone().unwrap_or_default();
         self.mutate(c.client_id, |txn| {
-            let w = self.walk(&*txn, &req.path, &c, true)?;
+            let w = self.walk(&*txn, &req.path, &c, !req.no_follow)?;
             let mut ino = w.existing()?.clone();
-            let owner = is_root(&c) || c.uid == ino.uid;
-            let denied = || FsError::PermissionDenied {
+            let root = is_root(&c);
+            let owner = root || c.uid == ino.uid;
+            let not_permitted = || FsError::NotPermitted {
                 path: w.path.clone(),
             };
-            if let Some(mode) = req.mode {
-                if !owner {
-                    return Err(denied());
-                }
-                ino.mode = mode & 0o7777;
-            }
             if let Some(uid) = req.uid {
-                if uid != ino.uid && !is_root(&c) {
-                    return Err(denied());
+                let may = root || (owner && uid == ino.uid);
+                if !may {
+                    return Err(not_permitted());
                 }
-                ino.uid = uid;
             }
             if let Some(gid) = req.gid {
-                if gid != ino.gid && !is_root(&c) && !(c.uid == ino.uid && gid == c.gid) {
-                    return Err(denied());
+                let may = root || (owner && (gid == ino.gid || in_group(&c, gid)));
+                if !may {
+                    return Err(not_permitted());
                 }
-                ino.gid = gid;
             }
-            if req.mtime_ms.is_some() || req.atime_ms.is_some() {
+            let chown = req.uid.is_some() || req.gid.is_some();
+            let new_gid = req.gid.unwrap_or(ino.gid);
+            if let Some(mode) = req.mode {
+                let mode = mode & 0o7777;
                 if !owner {
-                    return Err(denied());
+                    // a writer may drop the set-ID bits (the kernel does so before
+                    // a write or truncate of theirs), nothing else
+                    let setid = S_ISUID | S_ISGID;
+                    let drops_only = mode != ino.mode
+                        && mode & !setid == ino.mode & !setid
+                        && mode & setid & !ino.mode == 0;
+                    if !drops_only {
+                        return Err(not_permitted());
+                    }
+                    check(&c, &ino, 2, || w.path.clone())?;
                 }
+            }
+            let explicit_times = req.mtime_ms.is_some() || req.atime_ms.is_some();
+            if (explicit_times || req.times_now) && !owner {
+                if !req.times_now {
+                    return Err(not_permitted());
+                }
+                check(&c, &ino, 2, || w.path.clone())?;
+            }
+            if let Some(r) = req.replicas {
+                if !owner {
+                    return Err(FsError::PermissionDenied {
+                        path: w.path.clone(),
+                    });
+                }
+                if r == 0 || r > 16 {
+                    return Err(FsError::invalid(format!(
+                        "replicas {r} is out of range (1..=16)"
+                    )));
+                }
+            }
+            // every check passed: apply
+            if chown {
+                ino.uid = req.uid.unwrap_or(ino.uid);
+                ino.gid = new_gid;
+                ino.mode = mode_after_chown(&ino);
+            }
+            if let Some(mode) = req.mode {
+                let mut mode = mode & 0o7777;
+                if !root && mode & S_ISGID != 0 && !in_group(&c, new_gid) {
+                    // Linux: set-group-ID is only for members of the file's group
+                    mode &= !S_ISGID;
+                }
+                ino.mode = mode;
+            }
+            if req.times_now && !(owner && explicit_times) {
+                ino.mtime_ms = txn.now;
+                ino.atime_ms = txn.now;
+            } else {
                 if let Some(t) = req.mtime_ms {
                     ino.mtime_ms = t;
                 }
@@ -53,14 +106,6 @@ impl Namespace {
                 }
             }
             if let Some(r) = req.replicas {
-                if !owner {
-                    return Err(denied());
-                }
-                if r == 0 || r > 16 {
-                    return Err(FsError::invalid(format!(
-                        "replicas {r} is out of range (1..=16)"
-                    )));
-                }
                 if ino.replicas != r {
                     self.repl.mark();
                 }

@@ -8,7 +8,9 @@ use curvine_common::proto::{
 use curvine_common::{BlockId, FsError, FsResult, InodeId};
 use tracing::{debug, info};
 
-use super::namespace::{check, check_sticky, is_dir, is_file, status, Namespace, Reader, Txn};
+use super::namespace::{
+    check, check_sticky, is_dir, is_file, mode_after_write, status, Namespace, Reader, Txn,
+};
 use super::records::{BlockRec, InodeRec, Loc};
 use super::store;
 
@@ -148,6 +150,7 @@ impl Namespace {
             }
             ino.complete = false;
             ino.appending = true;
+            ino.mode = mode_after_write(&c, &ino);
             ino.ctime_ms = txn.now;
             self.open_for_write(txn, &ino, c.client_id);
             txn.put_inode(ino.clone());
@@ -515,6 +518,7 @@ impl Namespace {
                 ino.tail_zeros = 0;
             }
             ino.len = len;
+            ino.mode = mode_after_write(c, &ino);
             ino.mtime_ms = txn.now;
             ino.ctime_ms = txn.now;
             txn.put_inode(ino.clone());

@@ -26,6 +26,8 @@ mod workers;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_posix;
+#[cfg(test)]
 mod tests_replication;
 #[cfg(test)]
 mod tests_rpc;

@@ -22,7 +22,9 @@ use super::store::{self, Store};
 use super::syncer::Syncer;
 use super::workers::Workers;
 
+pub const S_ISUID: u32 = 0o4000;
 pub const S_ISGID: u32 = 0o2000;
+const S_IXGRP: u32 = 0o010;
 pub const S_ISVTX: u32 = 0o1000;
 const MAX_SYMLINK_HOPS: u32 = 40;
 
@@ -179,8 +181,23 @@ impl Txn<'_> {
 
     /// Add `name -> child` to directory `dir` (updating its entry count and times).
     pub fn link_entry(&mut self, dir: u64, name: &str, child: u64) -> FsResult<()> {
+        self.link_entry_as(dir, name, child, false)
+    }
+
+    /// `link_entry`; `subdir`: the child is a directory, whose `..` links `dir` (a
+    /// directory's link count is 2 plus its subdirectories).
+    pub fn link_entry_as(
+        &mut self,
+        dir: u64,
+        name: &str,
+        child: u64,
+        subdir: bool,
+    ) -> FsResult<()> {
         let mut d = self.must_inode(dir)?;
         d.children += 1;
+        if subdir {
+            d.nlink = d.nlink.max(2) + 1;
+        }
         d.mtime_ms = self.now;
         d.ctime_ms = self.now;
         self.put_edge(dir, name, child);
@@ -190,8 +207,16 @@ impl Txn<'_> {
 
     /// Remove `name` from directory `dir` (the child inode is left alone).
     pub fn unlink_entry(&mut self, dir: u64, name: &str) -> FsResult<()> {
+        self.unlink_entry_as(dir, name, false)
+    }
+
+    /// `unlink_entry`; `subdir`: the entry is a directory (see `link_entry_as`).
+    pub fn unlink_entry_as(&mut self, dir: u64, name: &str, subdir: bool) -> FsResult<()> {
         let mut d = self.must_inode(dir)?;
         d.children = d.children.saturating_sub(1);
+        if subdir {
+            d.nlink = d.nlink.saturating_sub(1).max(2);
+        }
         d.mtime_ms = self.now;
         d.ctime_ms = self.now;
         self.del_edge(dir, name);
@@ -269,14 +294,21 @@ pub(super) fn is_root(c: &CallerInfo) -> bool {
     c.uid == 0
 }
 
-/// Whether `caller` has all bits of `mask` (4 r, 2 w, 1 x) on `ino`.
+/// Whether `gid` is the caller's group or one of its supplementary groups.
+pub(super) fn in_group(c: &CallerInfo, gid: u32) -> bool {
+    c.gid == gid || c.groups.contains(&gid)
+}
+
+/// Whether `caller` has all bits of `mask` (4 r, 2 w, 1 x) on `ino`: the owner's bits
+/// for the owner, the group's for a member of the file's group (primary or
+/// supplementary), the others' bits for everyone else.
 pub(super) fn allowed(c: &CallerInfo, ino: &InodeRec, mask: u32) -> bool {
     if is_root(c) {
         return true;
     }
     let bits = if c.uid == ino.uid {
         ino.mode >> 6
-    } else if c.gid == ino.gid {
+    } else if in_group(c, ino.gid) {
         ino.mode >> 3
     } else {
         ino.mode
@@ -299,7 +331,7 @@ pub(super) fn check(
 }
 
 /// In a sticky directory only the owner of the entry or of the directory (or root) may
-/// remove or rename the entry.
+/// remove, rename or replace the entry (EPERM otherwise, as Linux).
 pub(super) fn check_sticky(
     c: &CallerInfo,
     dir: &InodeRec,
@@ -309,10 +341,37 @@ pub(super) fn check_sticky(
     if dir.mode & S_ISVTX == 0 || is_root(c) || c.uid == child.uid || c.uid == dir.uid {
         Ok(())
     } else {
-        Err(FsError::PermissionDenied {
+        Err(FsError::NotPermitted {
             path: path.to_string(),
         })
     }
+}
+
+/// The mode `ino` keeps after its data is changed (a write or truncate) by `c`, as
+/// Linux: set-user-ID goes, and set-group-ID when group-executable or when the caller
+/// is not in the file's group. Root (CAP_FSETID) keeps them.
+pub(super) fn mode_after_write(c: &CallerInfo, ino: &InodeRec) -> u32 {
+    if is_root(c) || !is_file(ino) {
+        return ino.mode;
+    }
+    let mut mode = ino.mode & !S_ISUID;
+    if mode & S_ISGID != 0 && (mode & S_IXGRP != 0 || !in_group(c, ino.gid)) {
+        mode &= !S_ISGID;
+    }
+    mode
+}
+
+/// The mode a non-directory keeps when its owner or group changes: set-user-ID goes,
+/// set-group-ID too when group-executable (Linux does so for every caller).
+pub(super) fn mode_after_chown(ino: &InodeRec) -> u32 {
+    if is_dir(ino) {
+        return ino.mode;
+    }
+    let mut mode = ino.mode & !S_ISUID;
+    if mode & S_IXGRP != 0 {
+        mode &= !S_ISGID;
+    }
+    mode
 }
 
 pub(super) fn is_dir(i: &InodeRec) -> bool {
@@ -497,7 +556,7 @@ impl Namespace {
                 path: path.to_string(),
             });
         }
-        let comps = curvine_common::path::components(path)?;
+        let comps = curvine_common::path::components_within(path, self.conf.max_path_len)?;
         if comps.iter().any(|c| c.len() > self.conf.max_name_len) {
             return Err(FsError::NameTooLong {
                 path: path.to_string(),
@@ -629,7 +688,7 @@ impl Namespace {
             mtime_ms: txn.now,
             atime_ms: txn.now,
             ctime_ms: txn.now,
-            nlink: 1,
+            nlink: if kind == FileType::Dir { 2 } else { 1 },
             parent: parent.id,
             name: name.to_string(),
             storage_tier: StorageTier::Unspecified as i32,
@@ -647,7 +706,7 @@ fn format(store: &Store) -> FsResult<()> {
         mtime_ms: now,
         atime_ms: now,
         ctime_ms: now,
-        nlink: 1,
+        nlink: 2,
         ..Default::default()
     };
     let counters = Counters {

@@ -667,11 +667,11 @@ fn permissions_for_non_root_callers() {
     touch(&ns, "/tmp/a", &alice);
     assert!(matches!(
         ns.delete("/tmp/a", false, &bob),
-        Err(FsError::PermissionDenied { .. })
+        Err(FsError::NotPermitted { .. })
     ));
     assert!(matches!(
         ns.rename("/tmp/a", "/tmp/b", 0, &bob),
-        Err(FsError::PermissionDenied { .. })
+        Err(FsError::NotPermitted { .. })
     ));
     ns.rename("/tmp/a", "/tmp/b", 0, &alice).unwrap();
     // chmod by the owner only; chown by root only; chgrp by the owner to its own group.
@@ -683,7 +683,7 @@ fn permissions_for_non_root_callers() {
     };
     assert!(matches!(
         ns.set_attr(&sa),
-        Err(FsError::PermissionDenied { .. })
+        Err(FsError::NotPermitted { .. })
     ));
     sa.caller = Some(alice.clone());
     assert_eq!(ns.set_attr(&sa).unwrap().0.mode, 0o600);
@@ -695,7 +695,7 @@ fn permissions_for_non_root_callers() {
     };
     assert!(matches!(
         ns.set_attr(&chown),
-        Err(FsError::PermissionDenied { .. })
+        Err(FsError::NotPermitted { .. })
     ));
     let chown = SetAttrRequest {
         caller: Some(c.clone()),

@@ -33,7 +33,8 @@ impl Namespace {
                     }
                     _ => {
                         let ino = self.mkdir_in(txn, path, parents, mode, c)?;
-                        let norm = curvine_common::path::normalize(path)?;
+                        let norm =
+                            curvine_common::path::normalize_within(path, self.conf.max_path_len)?;
                         (ino, norm)
                     }
                 }
@@ -72,7 +73,7 @@ impl Namespace {
         let mut ino = Self::new_inode(txn, FileType::Dir, mode, c, &dir, &w.name);
         ino.complete = true;
         txn.counters.dirs += 1;
-        txn.link_entry(dir.id, &w.name, ino.id)?;
+        txn.link_entry_as(dir.id, &w.name, ino.id, true)?;
         txn.put_inode(ino.clone());
         debug!(path = %w.path, id = ino.id, "mkdir");
         Ok(ino)
@@ -135,7 +136,12 @@ impl Namespace {
     }
 
     pub fn symlink(&self, target: &str, link: &str, c: &CallerInfo) -> FsResult<(FileStatus, u64)> {
-        if target.is_empty() || target.contains('\0') || target.len() > self.conf.max_path_len {
+        if target.len() >= curvine_common::path::MAX_PATH_LEN {
+            return Err(FsError::NameTooLong {
+                path: link.to_string(),
+            });
+        }
+        if target.is_empty() || target.contains('\0') {
             return Err(FsError::InvalidPath {
                 path: target.to_string(),
                 message: "bad symlink target".into(),
@@ -241,7 +247,7 @@ impl Namespace {
                 }
                 self.delete_contents(txn, &ino, &w.path, c)?;
             }
-            txn.unlink_entry(parent.id, &w.name)?;
+            txn.unlink_entry_as(parent.id, &w.name, is_dir(&ino))?;
             txn.release_inode(ino)?;
             debug!(path = %w.path, recursive, "delete");
             Ok(txn.now)
@@ -306,6 +312,10 @@ impl Namespace {
             check(c, &sdir, 3, || s.parent_path())?;
             check(c, &ddir, 3, || d.parent_path())?;
             check_sticky(c, &sdir, &sino, &s.path)?;
+            if is_dir(&sino) && sdir.id != ddir.id {
+                // its `..` changes: write permission on the directory moved
+                check(c, &sino, 2, || s.path.clone())?;
+            }
             if is_dir(&sino) && (d.chain.contains(&sino.id)) {
                 return Err(FsError::invalid(format!(
                     "cannot move {} into its own subtree {}",
@@ -342,11 +352,11 @@ impl Namespace {
                     }
                     _ => {}
                 }
-                txn.unlink_entry(ddir.id, &d.name)?;
+                txn.unlink_entry_as(ddir.id, &d.name, is_dir(dino))?;
                 txn.release_inode(dino.clone())?;
             }
-            txn.unlink_entry(sdir.id, &s.name)?;
-            txn.link_entry(ddir.id, &d.name, sino.id)?;
+            txn.unlink_entry_as(sdir.id, &s.name, is_dir(&sino))?;
+            txn.link_entry_as(ddir.id, &d.name, sino.id, is_dir(&sino))?;
             let mut moved = txn.must_inode(sino.id)?;
             moved.parent = ddir.id;
             moved.name = d.name.clone();
@@ -371,10 +381,19 @@ impl Namespace {
         if sino.id == dino.id {
             return Ok(0);
         }
+        if sdir.id != ddir.id {
+            // a directory moved to another parent changes its `..`
+            for (ino, path) in [(&sino, &s.path), (&dino, &d.path)] {
+                if is_dir(ino) {
+                    check(c, ino, 2, || path.clone())?;
+                }
+            }
+        }
         txn.put_edge(sdir.id, &s.name, dino.id);
         txn.put_edge(ddir.id, &d.name, sino.id);
         for (dir, (id, name)) in [(sdir.id, (dino.id, &s.name)), (ddir.id, (sino.id, &d.name))] {
             let mut i = txn.must_inode(id)?;
+            let gains_dir = is_dir(&i);
             i.parent = dir;
             i.name = name.clone();
             i.ctime_ms = txn.now;
@@ -382,6 +401,14 @@ impl Namespace {
             let mut p = txn.must_inode(dir)?;
             p.mtime_ms = txn.now;
             p.ctime_ms = txn.now;
+            if sdir.id != ddir.id && is_dir(&sino) != is_dir(&dino) {
+                // the directory of the two changes parent: so do the link counts
+                p.nlink = if gains_dir {
+                    p.nlink.max(2) + 1
+                } else {
+                    p.nlink.saturating_sub(1).max(2)
+                };
+            }
             txn.put_inode(p);
         }
         Ok(txn.now)

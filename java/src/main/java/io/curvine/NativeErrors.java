@@ -22,6 +22,7 @@ public final class NativeErrors {
   public static final int PERMISSION_DENIED = 7;
   public static final int NO_SUCH_XATTR = 20;
   public static final int UNAUTHENTICATED = 23;
+  public static final int NOT_PERMITTED = 26;
   public static final int EOF = 100;
   public static final int CLOSED = 101;
   public static final int PANIC = 102;
@@ -43,6 +44,7 @@ public final class NativeErrors {
       case DIRECTORY_NOT_EMPTY:
         return new PathIsNotEmptyDirectoryException(message);
       case PERMISSION_DENIED:
+      case NOT_PERMITTED:
       case UNAUTHENTICATED:
         return new AccessControlException(message);
       case EOF:

@@ -1,0 +1,452 @@
+//! POSIX rules the master enforces for every client (FUSE, `cv`, Java): sticky
+//! directories, chown/chmod and the set-ID bits, supplementary groups, times, directory
+//! link counts, long paths, symlink ownership. A refused call changes nothing.
+
+use curvine_common::proto::*;
+use curvine_common::FsError;
+
+use super::namespace::Namespace;
+use super::tests::{create_req, open, root, stat, touch, user};
+use super::RENAME_EXCHANGE;
+
+fn with_groups(mut c: CallerInfo, groups: &[u32]) -> CallerInfo {
+    c.groups = groups.to_vec();
+    c
+}
+
+fn set(
+    ns: &Namespace,
+    path: &str,
+    c: &CallerInfo,
+    f: impl FnOnce(&mut SetAttrRequest),
+) -> Result<FileStatus, FsError> {
+    let mut r = SetAttrRequest {
+        path: path.into(),
+        caller: Some(c.clone()),
+        ..Default::default()
+    };
+    f(&mut r);
+    ns.set_attr(&r).map(|(st, _)| st)
+}
+
+fn chmod(ns: &Namespace, path: &str, mode: u32, c: &CallerInfo) -> Result<FileStatus, FsError> {
+    set(ns, path, c, |r| r.mode = Some(mode))
+}
+
+/// Wait until the master's clock passes `ms` (ctime checks need a later tick).
+fn after(ms: i64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while curvine_common::types::now_ms() <= ms {
+        assert!(std::time::Instant::now() < deadline, "clock stuck");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn sticky_directories_protect_other_users_entries() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let (c, alice, bob) = (root(), user(1000, 1000), user(1001, 1001));
+    ns.mkdir("/tmp", false, 0o1777, &c).unwrap();
+    touch(&ns, "/tmp/a", &alice);
+    touch(&ns, "/tmp/b", &bob);
+    ns.mkdir("/tmp/da", false, 0o777, &alice).unwrap();
+    ns.mkdir("/tmp/db", false, 0o777, &bob).unwrap();
+    let before = stat(&ns, "/tmp").unwrap();
+    let np = |r: Result<(i64, u64), FsError>| matches!(r, Err(FsError::NotPermitted { .. }));
+    assert!(
+        np(ns.delete("/tmp/a", false, &bob)),
+        "unlink of another's file"
+    );
+    assert!(
+        np(ns.rename("/tmp/a", "/tmp/x", 0, &bob)),
+        "rename of another's file"
+    );
+    assert!(
+        np(ns.rename("/tmp/b", "/tmp/a", 0, &bob)),
+        "rename over another's file"
+    );
+    assert!(
+        np(ns.rename("/tmp/db", "/tmp/da", 0, &bob)),
+        "directory over another's"
+    );
+    assert!(np(ns.rename("/tmp/b", "/tmp/a", RENAME_EXCHANGE, &bob)));
+    // a rename into the sticky directory over another's file, from elsewhere
+    ns.mkdir("/bob", false, 0o755, &bob).unwrap();
+    touch(&ns, "/bob/f", &bob);
+    assert!(np(ns.rename("/bob/f", "/tmp/a", 0, &bob)));
+    // nothing changed
+    let after_st = stat(&ns, "/tmp").unwrap();
+    assert_eq!(
+        (after_st.mtime_ms, after_st.children),
+        (before.mtime_ms, before.children)
+    );
+    assert_eq!(stat(&ns, "/tmp/a").unwrap().uid, 1000);
+    assert!(stat(&ns, "/bob/f").is_ok());
+    // the entry's owner, the directory's owner and root may
+    ns.rename("/tmp/b", "/tmp/b2", 0, &bob).unwrap();
+    ns.delete("/tmp/a", false, &alice).unwrap();
+    ns.mkdir("/alice", false, 0o1777, &alice).unwrap();
+    touch(&ns, "/alice/x", &bob);
+    ns.delete("/alice/x", false, &alice).unwrap();
+    ns.delete("/tmp/b2", false, &c).unwrap();
+}
+
+#[test]
+fn chown_and_chgrp_follow_linux_rules() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let c = root();
+    let alice = with_groups(user(1000, 1000), &[500, 501]);
+    ns.mkdir("/d", false, 0o777, &c).unwrap();
+    let f = touch(&ns, "/d/f", &alice);
+    let np = |r: Result<FileStatus, FsError>| matches!(r, Err(FsError::NotPermitted { .. }));
+    // the owner cannot give the file away, nor to its own uid when not the owner
+    assert!(np(set(&ns, "/d/f", &alice, |r| r.uid = Some(1001))));
+    assert!(np(
+        set(&ns, "/d/f", &user(1001, 1001), |r| r.uid = Some(1000))
+    ));
+    // chgrp by the owner: to its primary or a supplementary group, not another
+    assert_eq!(
+        set(&ns, "/d/f", &alice, |r| r.gid = Some(501)).unwrap().gid,
+        501
+    );
+    assert!(np(set(&ns, "/d/f", &alice, |r| r.gid = Some(600))));
+    assert!(
+        np(set(&ns, "/d/f", &user(1000, 1000), |r| r.gid = Some(500))),
+        "without its groups"
+    );
+    assert!(
+        np(set(&ns, "/d/f", &user(1001, 501), |r| r.gid = Some(501))),
+        "not the owner"
+    );
+    // root gives it to any uid, known or not
+    let st = set(&ns, "/d/f", &c, |r| {
+        r.uid = Some(4_000_000);
+        r.gid = Some(4_000_001);
+    })
+    .unwrap();
+    assert_eq!((st.uid, st.gid), (4_000_000, 4_000_001));
+    assert_eq!(st.id, f.id);
+}
+
+#[test]
+fn set_id_bits_go_on_chown_and_on_writes_of_others() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let c = root();
+    let alice = with_groups(user(1000, 1000), &[500]);
+    let bob = user(1001, 1001);
+    ns.mkdir("/d", false, 0o777, &c).unwrap();
+    touch(&ns, "/d/f", &alice);
+    // chown drops set-user-ID, and set-group-ID when group-executable (root's too)
+    chmod(&ns, "/d/f", 0o6755, &alice).unwrap();
+    let st = set(&ns, "/d/f", &c, |r| r.uid = Some(1000)).unwrap();
+    assert_eq!(st.mode & 0o7777, 0o755);
+    chmod(&ns, "/d/f", 0o6745, &alice).unwrap();
+    let st = set(&ns, "/d/f", &alice, |r| r.gid = Some(500)).unwrap();
+    assert_eq!(
+        st.mode & 0o7777,
+        0o2745,
+        "set-group-ID without group-execute stays"
+    );
+    // directories keep theirs
+    ns.mkdir("/d/sub", false, 0o2775, &alice).unwrap();
+    let st = set(&ns, "/d/sub", &c, |r| r.uid = Some(1001)).unwrap();
+    assert_eq!(st.mode & 0o7777, 0o2775);
+
+    // chmod by an owner outside the file's group: set-group-ID is dropped
+    let st = set(&ns, "/d/f", &c, |r| r.gid = Some(777)).unwrap();
+    assert_eq!(st.gid, 777);
+    assert_eq!(
+        chmod(&ns, "/d/f", 0o2755, &alice).unwrap().mode & 0o7777,
+        0o755
+    );
+    assert_eq!(
+        chmod(&ns, "/d/f", 0o4755, &alice).unwrap().mode & 0o7777,
+        0o4755
+    );
+    // ... and kept by a member through a supplementary group
+    set(&ns, "/d/f", &c, |r| r.gid = Some(500)).unwrap();
+    assert_eq!(
+        chmod(&ns, "/d/f", 0o6777, &alice).unwrap().mode & 0o7777,
+        0o6777
+    );
+
+    // a writer who is not the owner truncates: the set-ID bits go
+    ns.truncate("/d/f", 10, &bob).unwrap();
+    assert_eq!(stat(&ns, "/d/f").unwrap().mode & 0o7777, 0o777);
+    // root keeps them
+    chmod(&ns, "/d/f", 0o6777, &alice).unwrap();
+    ns.truncate("/d/f", 20, &c).unwrap();
+    assert_eq!(stat(&ns, "/d/f").unwrap().mode & 0o7777, 0o6777);
+    // an append (open for writing) by another
+    let ((st, _), _) = ns
+        .append(&AppendRequest {
+            path: "/d/f".into(),
+            caller: Some(bob.clone()),
+        })
+        .unwrap();
+    assert_eq!(st.mode & 0o7777, 0o777);
+    ns.abandon(st.id, "/d/f", Some(bob.client_id)).unwrap();
+
+    // a writer may drop the set-ID bits itself (what the kernel sends before a write),
+    // nothing more; one without write permission may not
+    chmod(&ns, "/d/f", 0o6766, &alice).unwrap();
+    // (set-group-ID goes too: bob is not in the file's group)
+    assert_eq!(
+        chmod(&ns, "/d/f", 0o2766, &bob).unwrap().mode & 0o7777,
+        0o766
+    );
+    assert!(matches!(
+        chmod(&ns, "/d/f", 0o2777, &bob),
+        Err(FsError::NotPermitted { .. })
+    ));
+    assert!(matches!(
+        chmod(&ns, "/d/f", 0o6766, &bob),
+        Err(FsError::NotPermitted { .. })
+    ));
+    chmod(&ns, "/d/f", 0o6744, &alice).unwrap();
+    assert!(matches!(
+        chmod(&ns, "/d/f", 0o2744, &bob),
+        Err(FsError::PermissionDenied { .. })
+    ));
+    assert_eq!(stat(&ns, "/d/f").unwrap().mode & 0o7777, 0o6744);
+}
+
+#[test]
+fn ctime_moves_on_every_change_and_not_on_a_refused_one() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let (c, alice, bob) = (root(), user(1000, 1000), user(1001, 1001));
+    ns.mkdir("/d", false, 0o777, &c).unwrap();
+    let mut last = touch(&ns, "/d/f", &alice);
+    type Change = Box<dyn Fn(&mut SetAttrRequest)>;
+    let changes: Vec<(CallerInfo, Change)> = vec![
+        (alice.clone(), Box::new(|r| r.mode = Some(0o600))),
+        (alice.clone(), Box::new(|r| r.mode = Some(0o600))),
+        (alice.clone(), Box::new(|r| r.gid = Some(1000))),
+        (c.clone(), Box::new(|r| r.uid = Some(1000))),
+        (c.clone(), Box::new(|r| r.uid = Some(55))),
+    ];
+    for (who, f) in changes {
+        after(last.ctime_ms);
+        let st = set(&ns, "/d/f", &who, f).unwrap();
+        assert!(st.ctime_ms > last.ctime_ms);
+        last = st;
+    }
+    after(last.ctime_ms);
+    for r in [
+        set(&ns, "/d/f", &bob, |r| r.mode = Some(0o777)),
+        set(&ns, "/d/f", &bob, |r| r.uid = Some(1001)),
+        set(&ns, "/d/f", &bob, |r| r.gid = Some(1001)),
+        set(&ns, "/d/f", &bob, |r| r.mtime_ms = Some(5)),
+    ] {
+        assert!(matches!(r, Err(FsError::NotPermitted { .. })), "{r:?}");
+    }
+    let now = stat(&ns, "/d/f").unwrap();
+    assert_eq!(
+        (now.ctime_ms, now.mode, now.uid, now.gid),
+        (last.ctime_ms, last.mode, last.uid, last.gid)
+    );
+}
+
+#[test]
+fn supplementary_groups_count_for_permissions() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let c = root();
+    ns.mkdir("/d", false, 0o755, &c).unwrap();
+    touch(&ns, "/d/f", &c);
+    set(&ns, "/d/f", &c, |r| {
+        r.gid = Some(500);
+        r.mode = Some(0o060);
+    })
+    .unwrap();
+    let member = with_groups(user(1000, 1000), &[499, 500]);
+    let outsider = user(1000, 1000);
+    assert!(ns.open("/d/f", &member).is_ok());
+    assert!(matches!(
+        ns.open("/d/f", &outsider),
+        Err(FsError::PermissionDenied { .. })
+    ));
+    ns.truncate("/d/f", 3, &member).unwrap();
+    // the owner's bits count for the owner, even when the group's would allow
+    set(&ns, "/d/f", &c, |r| r.uid = Some(1000)).unwrap();
+    assert!(matches!(
+        ns.open("/d/f", &member),
+        Err(FsError::PermissionDenied { .. })
+    ));
+    // others' bits for those in none of the groups
+    chmod(&ns, "/d/f", 0o604, &c).unwrap();
+    assert!(ns.open("/d/f", &user(2000, 2000)).is_ok());
+    assert!(matches!(
+        ns.open("/d/f", &with_groups(user(2000, 2000), &[500])),
+        Err(FsError::PermissionDenied { .. })
+    ));
+    // search permission on directories through a supplementary group
+    ns.mkdir("/g", false, 0o750, &c).unwrap();
+    set(&ns, "/g", &c, |r| r.gid = Some(500)).unwrap();
+    touch(&ns, "/g/x", &c);
+    assert!(ns.get_status("/g/x", false, &member).is_ok());
+    assert!(matches!(
+        ns.get_status("/g/x", false, &outsider),
+        Err(FsError::PermissionDenied { .. })
+    ));
+}
+
+#[test]
+fn times_by_the_owner_now_by_a_writer() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let (c, alice, bob, carol) = (root(), user(1000, 1000), user(1001, 1001), user(1002, 1002));
+    ns.mkdir("/d", false, 0o777, &c).unwrap();
+    touch(&ns, "/d/f", &alice);
+    chmod(&ns, "/d/f", 0o646, &alice).unwrap();
+    // the owner: any times, beyond 2038 and before 1970 too, kept exactly
+    for t in [
+        4_294_967_296_000i64,
+        2_147_483_648_123,
+        -1_500,
+        100_000_000_100,
+    ] {
+        let st = set(&ns, "/d/f", &alice, |r| {
+            r.mtime_ms = Some(t);
+            r.atime_ms = Some(t + 1);
+        })
+        .unwrap();
+        assert_eq!((st.mtime_ms, st.atime_ms), (t, t + 1));
+    }
+    // a writer who is not the owner: now only
+    assert!(matches!(
+        set(&ns, "/d/f", &bob, |r| r.mtime_ms = Some(7)),
+        Err(FsError::NotPermitted { .. })
+    ));
+    let st = set(&ns, "/d/f", &bob, |r| {
+        r.times_now = true;
+        r.mtime_ms = Some(7);
+        r.atime_ms = Some(7);
+    })
+    .unwrap();
+    assert!(
+        st.mtime_ms > 1_000_000 && st.atime_ms == st.mtime_ms,
+        "the master's now"
+    );
+    // the owner sending the same gets the times it sent
+    let st = set(&ns, "/d/f", &alice, |r| {
+        r.times_now = true;
+        r.mtime_ms = Some(7);
+        r.atime_ms = Some(8);
+    })
+    .unwrap();
+    assert_eq!((st.mtime_ms, st.atime_ms), (7, 8));
+    // no write permission: not even now
+    chmod(&ns, "/d/f", 0o644, &alice).unwrap();
+    assert!(matches!(
+        set(&ns, "/d/f", &carol, |r| r.times_now = true),
+        Err(FsError::PermissionDenied { .. })
+    ));
+    assert_eq!(stat(&ns, "/d/f").unwrap().mtime_ms, 7);
+}
+
+#[test]
+fn directory_link_counts_follow_subdirectories() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let c = root();
+    let nlink = |p: &str| stat(&ns, p).unwrap().nlink;
+    assert_eq!(nlink("/"), 2);
+    ns.mkdir("/a", false, 0o755, &c).unwrap();
+    ns.mkdir("/b", false, 0o755, &c).unwrap();
+    assert_eq!((nlink("/"), nlink("/a")), (4, 2));
+    ns.mkdir("/a/x", false, 0o755, &c).unwrap();
+    ns.mkdir("/a/y", false, 0o755, &c).unwrap();
+    touch(&ns, "/a/f", &c);
+    assert_eq!(nlink("/a"), 4, "files are no links of the directory");
+    ns.rename("/a/x", "/b/x", 0, &c).unwrap();
+    assert_eq!((nlink("/a"), nlink("/b")), (3, 3));
+    ns.rename("/a/y", "/a/y2", 0, &c).unwrap();
+    assert_eq!(nlink("/a"), 3);
+    // a directory renamed over an empty one
+    ns.rename("/a/y2", "/b/x", 0, &c).unwrap();
+    assert_eq!((nlink("/a"), nlink("/b")), (2, 3));
+    // exchange of a directory and a file across parents
+    ns.rename("/b/x", "/a/f", RENAME_EXCHANGE, &c).unwrap();
+    assert_eq!((nlink("/a"), nlink("/b")), (3, 2));
+    ns.delete("/a/f", false, &c).unwrap();
+    assert_eq!(nlink("/a"), 2);
+    ns.mkdir("/a/p/q/r", true, 0o755, &c).unwrap();
+    assert_eq!((nlink("/a"), nlink("/a/p"), nlink("/a/p/q")), (3, 3, 3));
+    ns.delete("/a/p", true, &c).unwrap();
+    assert_eq!(nlink("/a"), 2);
+    // moving a directory to another parent needs write permission on it (its `..`)
+    let alice = user(1000, 1000);
+    ns.mkdir("/pub", false, 0o777, &c).unwrap();
+    ns.mkdir("/pub/ro", false, 0o555, &alice).unwrap();
+    ns.mkdir("/pub/to", false, 0o777, &c).unwrap();
+    assert!(matches!(
+        ns.rename("/pub/ro", "/pub/to/ro", 0, &alice),
+        Err(FsError::PermissionDenied { .. })
+    ));
+    ns.rename("/pub/ro", "/pub/ro2", 0, &alice).unwrap();
+}
+
+#[test]
+fn long_paths_and_names() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let c = root();
+    let name = "n".repeat(255);
+    ns.mkdir(&format!("/{name}"), false, 0o755, &c).unwrap();
+    assert!(matches!(
+        ns.mkdir(&format!("/{}", "n".repeat(256)), false, 0o755, &c),
+        Err(FsError::NameTooLong { .. })
+    ));
+    // a mount makes paths past PATH_MAX: its directory, then up to 4095 bytes
+    let mut p = String::new();
+    while p.len() < 6000 {
+        p.push('/');
+        p.push_str(&"d".repeat(200));
+        ns.mkdir(&p, false, 0o755, &c).unwrap();
+    }
+    touch(&ns, &format!("{p}/f"), &c);
+    assert!(stat(&ns, &format!("{p}/f")).is_ok());
+    let too_long = format!("/{}", "x/".repeat(40_000));
+    assert!(matches!(
+        stat(&ns, &too_long),
+        Err(FsError::NameTooLong { .. })
+    ));
+    // a symlink's target is shorter than PATH_MAX
+    assert!(matches!(
+        ns.symlink(&"t".repeat(4096), "/l", &c),
+        Err(FsError::NameTooLong { .. })
+    ));
+    ns.symlink(&"t/".repeat(2047), "/l", &c).unwrap();
+}
+
+#[test]
+fn symlinks_are_owned_by_their_creator_and_lchown_changes_the_link() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let c = root();
+    let alice = user(1000, 1000);
+    ns.mkdir("/d", false, 0o777, &c).unwrap();
+    touch(&ns, "/d/target", &c);
+    let (l, _) = ns.symlink("target", "/d/l", &alice).unwrap();
+    assert_eq!((l.uid, l.gid), (1000, 1000));
+    let st = set(&ns, "/d/l", &c, |r| {
+        r.no_follow = true;
+        r.uid = Some(77);
+        r.gid = Some(78);
+        r.mtime_ms = Some(1234);
+    })
+    .unwrap();
+    assert_eq!((st.id, st.uid, st.gid, st.mtime_ms), (l.id, 77, 78, 1234));
+    let t = stat(&ns, "/d/target").unwrap();
+    assert_eq!((t.uid, t.gid), (0, 0));
+    // without no_follow the target changes
+    let st = set(&ns, "/d/l", &c, |r| r.uid = Some(5)).unwrap();
+    assert_eq!(st.id, t.id);
+    assert_eq!(stat(&ns, "/d/target").unwrap().uid, 5);
+    assert!(ns.create(&create_req("/d/l2", &alice)).is_ok());
+}
