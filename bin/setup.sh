@@ -6,9 +6,10 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 # clang/libclang: RocksDB's bindgen step; protobuf-compiler: tonic/prost code generation;
+# libssl-dev: the under-stores' HTTP client (OpenDAL over reqwest) uses the system's TLS;
 # fuse3: the FUSE mount; git and sqlite3: programs the FUSE tests run on the mount; a JDK (17+) and Maven: the Java client. A JDK or
 # Maven already on the PATH (not from apt) is used as it is.
-PACKAGES="clang libclang-dev protobuf-compiler pkg-config fuse3 libfuse3-dev git sqlite3 ${SETUP_EXTRA:-}"
+PACKAGES="clang libclang-dev protobuf-compiler pkg-config libssl-dev fuse3 libfuse3-dev git sqlite3 ${SETUP_EXTRA:-}"
 command -v javac >/dev/null 2>&1 || PACKAGES="$PACKAGES openjdk-17-jdk-headless"
 command -v mvn >/dev/null 2>&1 || PACKAGES="$PACKAGES maven"
 
@@ -27,6 +28,15 @@ if ! command -v cargo >/dev/null 2>&1; then
   [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 fi
 command -v cargo >/dev/null 2>&1 || die "cargo not found: install a Rust toolchain (rustup, Rust >= 1.87) and rerun"
+
+# s3s-fs: the S3 server on loopback that the under-store tests run against (its later
+# versions need a newer Rust than 1.95).
+S3S_FS_VERSION=0.14.1
+if ! s3s_have="$(s3s-fs --version 2>/dev/null || "$HOME/.cargo/bin/s3s-fs" --version 2>/dev/null)" \
+   || [ "${s3s_have##* }" != "$S3S_FS_VERSION" ]; then
+  echo "setup: cargo install s3s-fs $S3S_FS_VERSION (test S3 server)"
+  cargo install s3s-fs --locked --version "$S3S_FS_VERSION" --features binary
+fi
 
 if [ "${SETUP_NO_BUILD:-0}" != 1 ]; then
   echo "setup: cargo build --release (a cold build takes several minutes, mostly RocksDB's C++)"
