@@ -280,6 +280,6 @@ mod tests {
             };
         }
         master_methods!(unique);
-        assert_eq!(ids.len(), 29);
+        assert_eq!(ids.len(), 35);
     }
 }
