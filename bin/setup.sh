@@ -6,9 +6,10 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 # clang/libclang: RocksDB's bindgen step; protobuf-compiler: tonic/prost code generation;
+# libssl-dev: the under-stores' HTTP client (OpenDAL over reqwest) uses the system's TLS;
 # fuse3: the FUSE mount; git and sqlite3: programs the FUSE tests run on the mount; a JDK (17+) and Maven: the Java client. A JDK or
 # Maven already on the PATH (not from apt) is used as it is.
-PACKAGES="clang libclang-dev protobuf-compiler pkg-config fuse3 libfuse3-dev git sqlite3 ${SETUP_EXTRA:-}"
+PACKAGES="clang libclang-dev protobuf-compiler pkg-config libssl-dev fuse3 libfuse3-dev git sqlite3 ${SETUP_EXTRA:-}"
 command -v javac >/dev/null 2>&1 || PACKAGES="$PACKAGES openjdk-17-jdk-headless"
 command -v mvn >/dev/null 2>&1 || PACKAGES="$PACKAGES maven"
 
@@ -28,12 +29,22 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 command -v cargo >/dev/null 2>&1 || die "cargo not found: install a Rust toolchain (rustup, Rust >= 1.87) and rerun"
 
+# Tools only the tests use (bin/test.sh sets SETUP_TEST_TOOLS=1), in ~/.cargo/bin:
 # pjdfstest, the POSIX conformance suite bin/pjdfstest.sh runs on the FUSE mount (the
-# crates.io Rust port of FreeBSD's suite), in ~/.cargo/bin
-PJDFSTEST_VERSION=0.2.2
-if ! "$HOME/.cargo/bin/pjdfstest" --version 2>/dev/null | grep -qx "pjdfstest $PJDFSTEST_VERSION"; then
-  echo "setup: cargo install pjdfstest $PJDFSTEST_VERSION"
-  cargo install --locked --version "$PJDFSTEST_VERSION" pjdfstest
+# crates.io Rust port of FreeBSD's suite), and s3s-fs, the S3 server on loopback that
+# the under-store tests run against (its later versions need a newer Rust than 1.95).
+if [ "${SETUP_TEST_TOOLS:-0}" = 1 ]; then
+  PJDFSTEST_VERSION=0.2.2
+  if ! "$HOME/.cargo/bin/pjdfstest" --version 2>/dev/null | grep -qx "pjdfstest $PJDFSTEST_VERSION"; then
+    echo "setup: cargo install pjdfstest $PJDFSTEST_VERSION"
+    cargo install --locked --version "$PJDFSTEST_VERSION" pjdfstest
+  fi
+  S3S_FS_VERSION=0.14.1
+  if ! s3s_have="$(s3s-fs --version 2>/dev/null || "$HOME/.cargo/bin/s3s-fs" --version 2>/dev/null)" \
+     || [ "${s3s_have##* }" != "$S3S_FS_VERSION" ]; then
+    echo "setup: cargo install s3s-fs $S3S_FS_VERSION (test S3 server)"
+    cargo install s3s-fs --locked --version "$S3S_FS_VERSION" --features binary
+  fi
 fi
 
 if [ "${SETUP_NO_BUILD:-0}" != 1 ]; then

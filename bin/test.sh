@@ -7,7 +7,7 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$CURVINE_HOME"
-SETUP_NO_BUILD=1 bin/setup.sh
+SETUP_NO_BUILD=1 SETUP_TEST_TOOLS=1 bin/setup.sh
 start=$(date +%s)
 if [ "${LINT:-1}" = 1 ]; then
   echo "== cargo fmt --check"

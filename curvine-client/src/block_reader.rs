@@ -13,7 +13,7 @@ use bytes::{Bytes, BytesMut};
 use curvine_common::aligned::MappedBuf;
 use curvine_common::checksum::{chunk_count, verify_chunks};
 use curvine_common::frame::header;
-use curvine_common::proto::{BlockLocation, DataOp, StorageTier};
+use curvine_common::proto::{BlockLocation, DataOp, StorageTier, UfsRange};
 use curvine_common::{FsError, FsResult};
 use tracing::debug;
 
@@ -56,7 +56,10 @@ impl BlockSource {
 
     /// Open block `block_id` on `loc` to read from `offset`, asking a remote worker to
     /// stream `len` bytes (0 = to the block's end). `need_len` is the length the master
-    /// recorded; a replica shorter than that is refused.
+    /// recorded; a replica shorter than that is refused. `ufs`: the block may not be
+    /// on the worker yet; it fetches it from this range of the under-store (streamed,
+    /// never short-circuit).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn open(
         pool: &WorkerPool,
         block_id: u64,
@@ -64,16 +67,18 @@ impl BlockSource {
         loc: &BlockLocation,
         offset: u64,
         len: u64,
+        ufs: Option<&UfsRange>,
         opts: &BlockReadOpts,
     ) -> FsResult<BlockSource> {
         let a = loc.address.clone().unwrap_or_default();
         let addr = worker_addr(&a);
-        let sc = opts.short_circuit && is_local_host(&a.host, &opts.client_host);
+        let sc = opts.short_circuit && ufs.is_none() && is_local_host(&a.host, &opts.client_host);
         let mut h = header(DataOp::ReadOpen);
         h.block_id = block_id;
         h.offset = offset;
         h.len = len;
         h.short_circuit = sc;
+        h.ufs = ufs.cloned();
         h.token.clone_from(&opts.token);
         let mut frame = BytesMut::new();
         let (conn, ok) = pool.open(&addr, &h, &mut frame).await?;

@@ -117,6 +117,7 @@ impl MasterService for FakeMaster {
             offset,
             len: 0,
             locations: vec![self.location.clone()],
+            ufs: None,
         };
         blocks.push(b.clone());
         Ok(Response::new(AddBlockResponse { block: Some(b) }))
@@ -238,5 +239,23 @@ impl MasterService for FakeMaster {
         _r: Request<ReportBadBlockRequest>,
     ) -> R<ReportBadBlockResponse> {
         Ok(tonic::Response::new(ReportBadBlockResponse::default()))
+    }
+    async fn mount(&self, _r: Request<MountRequest>) -> R<MountResponse> {
+        unimplemented()
+    }
+    async fn umount(&self, _r: Request<UmountRequest>) -> R<UmountResponse> {
+        unimplemented()
+    }
+    async fn list_mounts(&self, _r: Request<ListMountsRequest>) -> R<ListMountsResponse> {
+        unimplemented()
+    }
+    async fn get_mount(&self, _r: Request<GetMountRequest>) -> R<GetMountResponse> {
+        unimplemented()
+    }
+    async fn resync(&self, _r: Request<ResyncRequest>) -> R<ResyncResponse> {
+        unimplemented()
+    }
+    async fn free(&self, _r: Request<FreeRequest>) -> R<FreeResponse> {
+        unimplemented()
     }
 }

@@ -93,6 +93,7 @@ pub(crate) fn located(id: u64, offset: u64, len: u64, workers: &[&FakeWorker]) -
         offset,
         len,
         locations: workers.iter().map(|w| w.location()).collect(),
+        ufs: None,
     }
 }
 

@@ -569,6 +569,53 @@ impl CurvineFs {
         Ok(())
     }
 
+    /// Mount the under-store `info.ufs_uri` at `info.path` (the master checks the store
+    /// by listing it). The reply lists the mount with its secrets out.
+    pub async fn mount(&self, mut info: proto::MountInfo) -> FsResult<proto::MountInfo> {
+        info.path = norm(&info.path)?;
+        let req = proto::MountRequest {
+            mount: Some(info),
+            caller: self.caller(),
+        };
+        let r = rpc!(self, "mount", Mutation, req).await?;
+        r.mount
+            .ok_or_else(|| FsError::protocol("mount: the reply has no mount"))
+    }
+
+    /// Remove the mount at `path` (what Curvine cached of it goes; the store stays).
+    pub async fn umount(&self, path: &str) -> FsResult<()> {
+        let req = proto::UmountRequest {
+            path: norm(path)?,
+            caller: self.caller(),
+        };
+        rpc!(self, "umount", Mutation, req).await?;
+        Ok(())
+    }
+
+    /// Every mount, secrets out.
+    pub async fn mounts(&self) -> FsResult<Vec<proto::MountInfo>> {
+        let r = rpc!(self, "list_mounts", Idempotent, proto::ListMountsRequest {}).await?;
+        Ok(r.mounts)
+    }
+
+    /// Check `path` (under a mount) and what was loaded below it against the store now.
+    pub async fn resync(&self, path: &str) -> FsResult<proto::ResyncResponse> {
+        let req = proto::ResyncRequest {
+            path: norm(path)?,
+            caller: self.caller(),
+        };
+        rpc!(self, "resync", Idempotent, req).await
+    }
+
+    /// Drop the cached blocks of the persisted files at or under `path`.
+    pub async fn free(&self, path: &str) -> FsResult<proto::FreeResponse> {
+        let req = proto::FreeRequest {
+            path: norm(path)?,
+            caller: self.caller(),
+        };
+        rpc!(self, "free", Idempotent, req).await
+    }
+
     /// Cluster capacity and usage, per worker and tier.
     pub async fn report(&self) -> FsResult<proto::ReportResponse> {
         self.inner

@@ -323,6 +323,7 @@ impl FsReader {
             };
             let want = want.min(block_len - in_off);
             let loc = self.blocks[bi].locations[li].clone();
+            let ufs = self.blocks[bi].ufs.clone();
             let opts = self.fs.read_opts();
             match BlockSource::open(
                 &self.fs.inner.pool,
@@ -331,6 +332,7 @@ impl FsReader {
                 &loc,
                 in_off,
                 want,
+                ufs.as_ref(),
                 &opts,
             )
             .await

@@ -231,3 +231,113 @@ fn killed_writer_process_leaves_nothing() {
     drop(fs);
     rt.block_on(cluster.shutdown()).unwrap();
 }
+
+#[test]
+fn cv_mount_lists_loads_frees_and_unmounts_without_printing_secrets() {
+    use curvine_server::testing::s3::{S3Server, ACCESS_KEY, SECRET_KEY};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cluster = rt.block_on(MiniCluster::builder().start()).unwrap();
+    let s3 = rt.block_on(S3Server::start(&["cli"])).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("conf.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[client]\nmaster_addrs = [\"{}\"]\n[log]\nlevel = \"warn\"\n",
+            cluster.master_addr()
+        ),
+    )
+    .unwrap();
+    let data = dir.path().join("store");
+    std::fs::create_dir_all(data.join("sub")).unwrap();
+    let body: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(data.join("sub/obj.bin"), &body).unwrap();
+    std::fs::write(data.join("top.txt"), b"top\n").unwrap();
+    let uri = format!("file://{}", data.display());
+
+    ok(&conf, &["mount", &uri, "/cli-file"]);
+    let ls = ok(&conf, &["fs", "ls", "-l", "/cli-file/sub"]);
+    assert!(ls.contains("obj.bin"), "{ls}");
+    let st = ok(&conf, &["fs", "stat", "/cli-file/sub/obj.bin"]);
+    assert!(
+        st.contains("size: 300000") && st.contains("under-store key: sub/obj.bin"),
+        "{st}"
+    );
+    let cat = cv(&conf, &["fs", "cat", "/cli-file/sub/obj.bin"]);
+    assert!(cat.status.success() && cat.stdout == body);
+    let load = cv(&conf, &["load", "-r", "/cli-file"]);
+    assert!(
+        load.status.success(),
+        "{}",
+        String::from_utf8_lossy(&load.stderr)
+    );
+    let progress = String::from_utf8_lossy(&load.stderr);
+    assert!(progress.contains("2/2 files"), "{progress}");
+    assert!(String::from_utf8_lossy(&load.stdout).contains("loaded 2 files"));
+    let freed = ok(&conf, &["free", "/cli-file"]);
+    assert!(freed.starts_with("freed "), "{freed}");
+    let resync = ok(&conf, &["mount", "resync", "/cli-file"]);
+    assert!(resync.contains("resynced /cli-file"), "{resync}");
+
+    let endpoint = format!("endpoint=http://{}", s3.addr);
+    let secret = format!("secret_access_key={SECRET_KEY}");
+    let key = format!("access_key_id={ACCESS_KEY}");
+    let out = ok(
+        &conf,
+        &[
+            "mount",
+            "s3://cli/p",
+            "/cli-s3",
+            "-o",
+            &endpoint,
+            "-o",
+            "region=us-east-1",
+            "-o",
+            &key,
+            "-o",
+            &secret,
+            "--sync-interval",
+            "never",
+        ],
+    );
+    assert!(out.contains("mounted s3://cli/p on /cli-s3"), "{out}");
+    let list = ok(&conf, &["mount"]);
+    assert!(
+        list.contains("s3://cli/p on /cli-s3") && list.contains("sync_interval=never"),
+        "{list}"
+    );
+    assert!(
+        list.contains(&format!("file://{}", data.display())),
+        "{list}"
+    );
+    let json = ok(&conf, &["mount", "--json"]);
+    assert!(
+        json.starts_with('[') && json.contains("\"path\":\"/cli-s3\""),
+        "{json}"
+    );
+    for text in [&out, &list, &json] {
+        assert!(!text.contains(SECRET_KEY), "a secret was printed: {text}");
+    }
+    assert!(json.contains("\"secret_access_key\":\"***\""), "{json}");
+
+    // bad input: one line naming the cause, non-zero exit, nothing mounted
+    let bad = cv(&conf, &["mount", &uri, "/cli-bad", "-o", "regoin=x"]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("unknown option \"regoin\""), "{err}");
+    let nested = cv(&conf, &["mount", &uri, "/cli-file/inner"]);
+    assert!(!nested.status.success());
+    let bad_mode = cv(&conf, &["mount", &uri, "/cli-bad", "--mode", "sometimes"]);
+    assert!(!bad_mode.status.success());
+
+    ok(&conf, &["umount", "/cli-s3"]);
+    ok(&conf, &["umount", "/cli-file"]);
+    assert!(!ok(&conf, &["mount"]).contains("/cli-"), "mounts left");
+    assert!(
+        data.join("sub/obj.bin").exists(),
+        "umount touched the store"
+    );
+    drop(s3);
+    rt.block_on(cluster.shutdown()).unwrap();
+}

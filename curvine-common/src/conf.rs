@@ -25,6 +25,8 @@ pub struct ClusterConf {
     pub client: ClientConf,
     pub fuse: FuseConf,
     pub log: LogConf,
+    /// Under-store mounts applied at master start (`[[mount]]`).
+    pub mount: Vec<crate::mount::MountConf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -459,6 +461,9 @@ impl ClusterConf {
     }
 
     pub fn validate(&self) -> FsResult<()> {
+        for m in &self.mount {
+            m.to_info()?;
+        }
         let w = &self.worker;
         if !(0.0 < w.low_watermark
             && w.low_watermark <= w.high_watermark

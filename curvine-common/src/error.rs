@@ -39,6 +39,7 @@ pub enum ErrorCode {
     Busy = 24,
     CrossDevice = 25,
     NotPermitted = 26,
+    UnderStore = 27,
 }
 
 impl ErrorCode {
@@ -70,6 +71,7 @@ impl ErrorCode {
             24 => Busy,
             25 => CrossDevice,
             26 => NotPermitted,
+            27 => UnderStore,
             _ => Internal,
         }
     }
@@ -132,6 +134,13 @@ pub enum FsError {
     /// The operation is reserved (EPERM), e.g. device files for non-root.
     #[error("{path}: operation not permitted")]
     NotPermitted { path: String },
+    /// An under-store (a mount's S3 bucket, directory...) failed or refused a call.
+    #[error("under-store {store}: {key}: {message}")]
+    UnderStore {
+        store: String,
+        key: String,
+        message: String,
+    },
     #[error("internal error: {message}")]
     Internal { message: String },
 }
@@ -164,6 +173,7 @@ impl FsError {
             FsError::Busy { .. } => ErrorCode::Busy,
             FsError::CrossDevice { .. } => ErrorCode::CrossDevice,
             FsError::NotPermitted { .. } => ErrorCode::NotPermitted,
+            FsError::UnderStore { .. } => ErrorCode::UnderStore,
             FsError::Internal { .. } => ErrorCode::Internal,
         }
     }
@@ -283,6 +293,15 @@ impl FsError {
                 d.worker = worker.clone();
             }
             FsError::NotLeader { leader } => d.leader = leader.clone(),
+            FsError::UnderStore {
+                store,
+                key,
+                message,
+            } => {
+                d.store = store.clone();
+                d.path = key.clone();
+                d.message = message.clone();
+            }
             FsError::NoSpace { message }
             | FsError::InvalidArgument { message }
             | FsError::Io { message }
@@ -305,6 +324,7 @@ impl FsError {
             block_id,
             worker,
             leader,
+            store,
         } = d;
         match ErrorCode::from_u32(code) {
             ErrorCode::NotFound => FsError::NotFound { path },
@@ -327,6 +347,11 @@ impl FsError {
             },
             ErrorCode::BlockNotFound => FsError::BlockNotFound { block_id, worker },
             ErrorCode::NotLeader => FsError::NotLeader { leader },
+            ErrorCode::UnderStore => FsError::UnderStore {
+                store,
+                key: path,
+                message,
+            },
             ErrorCode::NoSpace => FsError::NoSpace { message },
             ErrorCode::InvalidArgument => FsError::InvalidArgument { message },
             ErrorCode::Io => FsError::Io { message },

@@ -7,6 +7,7 @@ pub mod checksum;
 pub mod conf;
 pub mod error;
 pub mod frame;
+pub mod mount;
 pub mod path;
 pub mod rpc;
 pub mod rpc_server;

@@ -73,6 +73,12 @@ macro_rules! master_methods {
             27 ReportBadBlock ReportBadBlockRequest ReportBadBlockResponse report_bad_block;
             28 Watch WatchRequest WatchResponse watch;
             29 ReportBlocks BlockReportPage BlockReportPageResponse report_blocks;
+            30 Mount MountRequest MountResponse mount;
+            31 Umount UmountRequest UmountResponse umount;
+            32 ListMounts ListMountsRequest ListMountsResponse list_mounts;
+            33 GetMount GetMountRequest GetMountResponse get_mount;
+            34 Resync ResyncRequest ResyncResponse resync;
+            35 Free FreeRequest FreeResponse free;
         }
     };
 }
@@ -274,6 +280,6 @@ mod tests {
             };
         }
         master_methods!(unique);
-        assert_eq!(ids.len(), 29);
+        assert_eq!(ids.len(), 35);
     }
 }

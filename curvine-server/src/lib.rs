@@ -8,4 +8,5 @@ pub mod fault;
 pub mod master;
 mod rocks;
 pub mod testing;
+pub mod ufs;
 pub mod worker;

@@ -69,6 +69,7 @@ fn any_header() -> impl Strategy<Value = DataHeader> {
                     error: None,
                     token,
                     reserve,
+                    ufs: None,
                 }
             },
         )

@@ -30,6 +30,57 @@ enum Cmd {
     Fs(FsCmd),
     /// Cluster capacity and usage per worker and tier.
     Report,
+    /// Mount an under-store (S3 bucket, directory) at a Curvine path; alone, list the
+    /// mounts. `cv mount resync PATH` checks PATH against the store now.
+    Mount(MountArgs),
+    /// Remove a mount: what Curvine cached of it goes; the under-store is untouched.
+    Umount { path: String },
+    /// Drop the cached blocks of under-store files (their entries stay).
+    Free { path: String },
+    /// Read files of a mount into the cache through the workers.
+    Load {
+        /// Load every file under PATH.
+        #[arg(short = 'r', long)]
+        recursive: bool,
+        path: String,
+    },
+}
+
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct MountArgs {
+    #[command(subcommand)]
+    sub: Option<MountSub>,
+    /// s3://bucket/prefix or file:///dir
+    ufs: Option<String>,
+    /// The Curvine directory (made if missing; must be empty if it exists).
+    path: Option<String>,
+    /// An OpenDAL config key of the service, e.g. endpoint=http://..., region=...
+    #[arg(long = "option", short = 'o', value_name = "KEY=VALUE")]
+    options: Vec<String>,
+    /// through (default) or cache.
+    #[arg(long)]
+    mode: Option<String>,
+    /// Age after the last access at which cached data is dropped (e.g. 7d).
+    #[arg(long)]
+    ttl: Option<String>,
+    /// free or delete.
+    #[arg(long)]
+    ttl_action: Option<String>,
+    /// How long a loaded listing or status is trusted: a duration, never or always.
+    #[arg(long)]
+    sync_interval: Option<String>,
+    #[arg(long)]
+    read_only: bool,
+    /// List as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum MountSub {
+    /// Check PATH and what was loaded below it against the under-store now.
+    Resync { path: String },
 }
 
 #[derive(Subcommand)]
@@ -199,6 +250,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Report => report(&fs).await,
         Cmd::Fs(cmd) => fs_cmd(&fs, cmd).await,
+        Cmd::Mount(args) => mount_cmd(&fs, args).await,
+        Cmd::Umount { path } => Ok(fs.umount(&path).await?),
+        Cmd::Free { path } => {
+            let r = fs.free(&path).await?;
+            let mut out = Stdout::lock();
+            writeln!(
+                out,
+                "freed {} blocks ({}) of {} files",
+                r.blocks,
+                human(r.bytes),
+                r.files
+            )?;
+            Ok(out.flush()?)
+        }
+        Cmd::Load { recursive, path } => load(&fs, &path, recursive).await,
     }
 }
 
@@ -349,6 +415,186 @@ async fn fs_cmd(fs: &CurvineFs, cmd: FsCmd) -> anyhow::Result<()> {
     }
     out.flush()?;
     Ok(())
+}
+
+async fn mount_cmd(fs: &CurvineFs, a: MountArgs) -> anyhow::Result<()> {
+    use curvine_common::mount;
+    let mut out = Stdout::lock();
+    if let Some(MountSub::Resync { path }) = a.sub {
+        let r = fs.resync(&path).await?;
+        writeln!(
+            out,
+            "resynced {path}: {} directories listed, {} entries, {} new or changed, {} removed",
+            r.dirs, r.entries, r.changed, r.removed
+        )?;
+        return Ok(out.flush()?);
+    }
+    let (ufs, path) = match (a.ufs, a.path) {
+        (Some(u), Some(p)) => (u, p),
+        (Some(_), None) => bail!("mount: give both UFS_URI and CV_PATH"),
+        _ => {
+            let mounts = fs.mounts().await?;
+            if a.json {
+                writeln!(out, "{}", mounts_json(&mounts))?;
+            } else {
+                for m in &mounts {
+                    let mut opts: Vec<String> =
+                        m.options.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    opts.sort();
+                    writeln!(
+                        out,
+                        "{} on {} (mode={}, sync_interval={}{}{}{})",
+                        m.ufs_uri,
+                        m.path,
+                        mount::mode_name(m.mode),
+                        mount::sync_interval_name(m.sync_interval_ms),
+                        if m.ttl_ms > 0 {
+                            format!(
+                                ", ttl={}s, ttl_action={}",
+                                m.ttl_ms / 1000,
+                                mount::ttl_action_name(m.ttl_action)
+                            )
+                        } else {
+                            String::new()
+                        },
+                        if m.read_only { ", read-only" } else { "" },
+                        if opts.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", {}", opts.join(","))
+                        },
+                    )?;
+                }
+            }
+            return Ok(out.flush()?);
+        }
+    };
+    let mut options = std::collections::HashMap::new();
+    for o in &a.options {
+        let Some((k, v)) = o.split_once('=') else {
+            bail!("--option {o:?}: expected KEY=VALUE");
+        };
+        options.insert(k.trim().to_string(), v.to_string());
+    }
+    let ttl = a.ttl.unwrap_or_default();
+    let info = curvine_common::proto::MountInfo {
+        path,
+        ufs_uri: ufs,
+        options,
+        mode: mount::parse_mode(a.mode.as_deref().unwrap_or("")).map_err(anyhow::Error::msg)?
+            as i32,
+        ttl_ms: mount::parse_ttl(&ttl).map_err(anyhow::Error::msg)?,
+        ttl_action: mount::parse_ttl_action(a.ttl_action.as_deref().unwrap_or(""), &ttl)
+            .map_err(anyhow::Error::msg)? as i32,
+        sync_interval_ms: mount::parse_sync_interval(a.sync_interval.as_deref().unwrap_or(""))
+            .map_err(anyhow::Error::msg)?,
+        read_only: a.read_only,
+        ..Default::default()
+    };
+    let m = fs.mount(info).await?;
+    writeln!(out, "mounted {} on {}", m.ufs_uri, m.path)?;
+    Ok(out.flush()?)
+}
+
+fn json_str(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+fn mounts_json(mounts: &[curvine_common::proto::MountInfo]) -> String {
+    use curvine_common::mount;
+    let items: Vec<String> = mounts
+        .iter()
+        .map(|m| {
+            let mut opts: Vec<(&String, &String)> = m.options.iter().collect();
+            opts.sort();
+            let opts: Vec<String> = opts
+                .iter()
+                .map(|(k, v)| format!("{}:{}", json_str(k), json_str(v)))
+                .collect();
+            format!(
+                "{{\"id\":{},\"path\":{},\"ufs\":{},\"mode\":\"{}\",\"sync_interval_ms\":{},\"ttl_ms\":{},\"ttl_action\":\"{}\",\"read_only\":{},\"options\":{{{}}}}}",
+                m.mount_id,
+                json_str(&m.path),
+                json_str(&m.ufs_uri),
+                mount::mode_name(m.mode),
+                m.sync_interval_ms,
+                m.ttl_ms,
+                mount::ttl_action_name(m.ttl_action),
+                m.read_only,
+                opts.join(",")
+            )
+        })
+        .collect();
+    format!("[{}]", items.join(","))
+}
+
+/// Read every file at (or with `recursive`, under) `path` through the workers, so each
+/// block not cached yet is fetched into the cache; a line per file and a summary.
+async fn load(fs: &CurvineFs, path: &str, recursive: bool) -> anyhow::Result<()> {
+    let st = fs.stat(path).await?;
+    let mut files = Vec::new();
+    if st.file_type == FileType::Dir as i32 {
+        let mut stack = vec![st.path.clone()];
+        while let Some(dir) = stack.pop() {
+            for e in fs.list(&dir).await? {
+                if e.file_type == FileType::Dir as i32 {
+                    if recursive {
+                        stack.push(e.path.clone());
+                    }
+                } else if e.file_type == FileType::File as i32 {
+                    files.push(e);
+                }
+            }
+        }
+    } else {
+        files.push(st);
+    }
+    let total: u64 = files.iter().map(|f| f.len).sum();
+    let start = std::time::Instant::now();
+    let mut done = 0u64;
+    let mut buf = vec![0u8; 4 << 20];
+    let mut err = std::io::stderr();
+    for (i, f) in files.iter().enumerate() {
+        let mut r = fs.open(&f.path).await?;
+        loop {
+            let n = r.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            done += n as u64;
+        }
+        let secs = start.elapsed().as_secs_f64().max(1e-3);
+        writeln!(
+            err,
+            "load: {}/{} files  {}/{}  {}/s  {}",
+            i + 1,
+            files.len(),
+            human(done),
+            human(total),
+            human((done as f64 / secs) as u64),
+            f.path
+        )?;
+    }
+    let mut out = Stdout::lock();
+    writeln!(
+        out,
+        "loaded {} files, {} in {:.1}s",
+        files.len(),
+        human(done),
+        start.elapsed().as_secs_f64()
+    )?;
+    Ok(out.flush()?)
 }
 
 /// `put` into an existing directory keeps the local file's name.
@@ -598,6 +844,12 @@ fn stat_text(s: &FileStatus) -> String {
     );
     if !s.symlink_target.is_empty() {
         t.push_str(&format!("\ntarget: {}", s.symlink_target));
+    }
+    if !s.ufs_key.is_empty() {
+        t.push_str(&format!(
+            "\nunder-store key: {}\npersisted: {}",
+            s.ufs_key, s.persisted
+        ));
     }
     if s.file_type == FileType::Dir as i32 {
         t.push_str(&format!("\nchildren: {}", s.children));

@@ -111,7 +111,12 @@ impl Namespace {
 
     /// Create the missing parents of `path` (for create_parents); returns the parent id
     /// when something had to be created.
-    fn mkdirs_for(&self, txn: &mut Txn<'_>, path: &str, c: &CallerInfo) -> FsResult<Option<u64>> {
+    pub(super) fn mkdirs_for(
+        &self,
+        txn: &mut Txn<'_>,
+        path: &str,
+        c: &CallerInfo,
+    ) -> FsResult<Option<u64>> {
         let comps = self.components(path)?;
         if comps.len() < 2 {
             return Ok(None);
@@ -309,6 +314,7 @@ impl Namespace {
                 })
                 .collect(),
             committed: false,
+            ufs: false,
         };
         for t in &targets {
             txn.put_worker_block(t.worker_id, id);
@@ -328,6 +334,7 @@ impl Namespace {
                     tier: t.tier as i32,
                 })
                 .collect(),
+            ufs: None,
         })
     }
 
@@ -460,6 +467,7 @@ impl Namespace {
                 offset,
                 len: rec.len,
                 locations,
+                ufs: None,
             });
             offset += rec.len;
         }
@@ -481,7 +489,8 @@ impl Namespace {
             )));
         }
         check(c, ino, 4, || w.path.clone())?;
-        let blocks = self.located_blocks(ino.id)?;
+        let mut blocks = self.located_blocks(ino.id)?;
+        self.assign_fetchers(ino, &mut blocks, &c.client_host);
         Ok((status(ino, w.path.clone(), w.name.clone()), blocks))
     }
 

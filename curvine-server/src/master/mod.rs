@@ -14,6 +14,7 @@ mod files;
 mod framed;
 mod inode_cache;
 mod lease;
+mod mounts;
 mod namespace;
 mod records;
 mod replication;
@@ -21,6 +22,7 @@ mod service;
 mod store;
 mod syncer;
 mod tree;
+mod ufs_meta;
 mod workers;
 
 #[cfg(test)]
@@ -42,7 +44,7 @@ use curvine_common::{ClusterConf, FsError, FsResult};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn, Instrument};
+use tracing::{error, info, warn, Instrument};
 
 pub use attrs::{XATTR_CREATE, XATTR_REPLACE};
 pub use namespace::Namespace;
@@ -75,6 +77,15 @@ pub async fn run(
         .map_err(|e| FsError::internal(format!("open namespace: {e}")))??;
     let ns = Arc::new(ns);
     info!(%addr, cluster_id = %ns.cluster_id(), "master serving");
+    if !conf.mount.is_empty() {
+        // a store that is down must not keep the master from serving the rest
+        let (ns, mounts) = (ns.clone(), conf.mount.clone());
+        tokio::spawn(async move {
+            if let Err(e) = ns.apply_conf_mounts(&mounts).await {
+                error!(error = %e, "a configured mount was not applied");
+            }
+        });
+    }
 
     let tasks = TaskTracker::new();
     let bg = cancel.child_token();

@@ -39,6 +39,8 @@ pub struct Namespace {
     pub(super) repl: super::replication::Replication,
     /// What each mutation touched, for clients that cache metadata.
     pub(super) changes: ChangeLog,
+    /// Under-store mounts and their operators.
+    pub(super) mounts: super::mounts::Mounts,
 }
 
 /// Read access shared by the store (lock-free reads) and a transaction (its own
@@ -413,6 +415,8 @@ pub(super) fn status(i: &InodeRec, path: String, name: String) -> FileStatus {
         children: i.children,
         rdev: i.rdev,
         tail_zeros: if is_file(i) { i.tail_zeros } else { 0 },
+        ufs_key: i.ufs.as_ref().map(|u| u.key.clone()).unwrap_or_default(),
+        persisted: i.ufs.as_ref().is_some_and(|u| u.persisted),
     }
 }
 
@@ -455,6 +459,7 @@ impl Namespace {
             .map(|v| String::from_utf8_lossy(&v).into_owned())
             .unwrap_or_default();
         let syncer = Syncer::start(store.clone(), sync)?;
+        let mounts = super::mounts::Mounts::load(&store)?;
         let ns = Namespace {
             store,
             conf,
@@ -465,6 +470,7 @@ impl Namespace {
             cluster_id,
             repl: Default::default(),
             changes: ChangeLog::new(KEPT_CHANGES, KEPT_BYTES, FOLLOW_GRACE),
+            mounts,
         };
         ns.workers.load(&ns.store)?;
         // Writers of files open before the restart get a fresh lease to continue.
@@ -715,6 +721,7 @@ fn format(store: &Store) -> FsResult<()> {
         files: 0,
         dirs: 1,
         blocks: 0,
+        next_mount: 1,
     };
     let pid = std::process::id();
     let nanos = std::time::SystemTime::now()

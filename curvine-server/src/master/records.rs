@@ -69,6 +69,39 @@ pub struct InodeRec {
     /// by extending the file); they read as zeros.
     #[prost(uint64, tag = "24")]
     pub tail_zeros: u64,
+    /// A mount point: the id of the mount whose root this directory is.
+    #[prost(uint64, tag = "25")]
+    pub mount_id: u64,
+    /// Under a mount: the under-store object or prefix this entry mirrors.
+    #[prost(message, optional, boxed, tag = "26")]
+    pub ufs: Option<Box<UfsRec>>,
+}
+
+/// The under-store identity of an entry under a mount. A file's blocks are valid only
+/// for this identity: when the store's length or ETag changes, they are dropped.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct UfsRec {
+    #[prost(uint64, tag = "1")]
+    pub mount_id: u64,
+    /// Relative to the mount's root; "" for the root itself.
+    #[prost(string, tag = "2")]
+    pub key: String,
+    /// Empty when the store has none (then mtime and length identify the object).
+    #[prost(string, tag = "3")]
+    pub etag: String,
+    #[prost(int64, tag = "4")]
+    pub mtime_ms: i64,
+    #[prost(uint64, tag = "5")]
+    pub len: u64,
+    /// The under-store holds this entry's data.
+    #[prost(bool, tag = "6")]
+    pub persisted: bool,
+    /// When the status was loaded or last checked (trusted for the sync interval).
+    #[prost(int64, tag = "7")]
+    pub loaded_ms: i64,
+    /// Directories: when their listing was loaded (0: never).
+    #[prost(int64, tag = "8")]
+    pub listed_ms: i64,
 }
 
 /// Where one replica of a block lives.
@@ -93,6 +126,10 @@ pub struct BlockRec {
     /// False between add_block (allocated) and the writer reporting it committed.
     #[prost(bool, tag = "5")]
     pub committed: bool,
+    /// A block of an under-store file: with no replica it is not lost, a worker fetches
+    /// it again from the store.
+    #[prost(bool, tag = "6")]
+    pub ufs: bool,
 }
 
 /// Id allocators and statistics kept in `meta`.
@@ -108,6 +145,8 @@ pub struct Counters {
     pub dirs: u64,
     #[prost(uint64, tag = "5")]
     pub blocks: u64,
+    #[prost(uint64, tag = "6")]
+    pub next_mount: u64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

@@ -208,7 +208,10 @@ impl Namespace {
                 return Ok(());
             }
             if live_locs.is_empty() {
-                missing += 1;
+                // an under-store block is fetched again when read, not lost
+                if !b.ufs {
+                    missing += 1;
+                }
                 return Ok(());
             }
             under += 1;

@@ -112,6 +112,7 @@ impl MasterService for MasterSvc {
     async fn get_status(&self, req: Request<GetStatusRequest>) -> Reply<GetStatusResponse> {
         fault_rpc!("master.GetStatus", &req);
         let r = req.into_inner();
+        self.ns.ufs_prepare(&r.path, false, false).await?;
         let st = self
             .ns
             .get_status(&r.path, r.follow_symlink, &caller(&r.caller))?;
@@ -121,6 +122,7 @@ impl MasterService for MasterSvc {
     async fn list(&self, req: Request<ListRequest>) -> Reply<ListResponse> {
         fault_rpc!("master.List", &req);
         let r = req.into_inner();
+        self.ns.ufs_prepare(&r.path, true, false).await?;
         let (statuses, has_more) =
             self.ns
                 .list(&r.path, &r.start_after, r.limit, &caller(&r.caller))?;
@@ -130,6 +132,7 @@ impl MasterService for MasterSvc {
     async fn open(&self, req: Request<OpenRequest>) -> Reply<OpenResponse> {
         fault_rpc!("master.Open", &req);
         let r = req.into_inner();
+        self.ns.ufs_prepare(&r.path, false, false).await?;
         let (st, blocks) = self.ns.open(&r.path, &caller(&r.caller))?;
         Ok(Response::new(OpenResponse {
             status: Some(st),
@@ -282,5 +285,63 @@ impl MasterService for MasterSvc {
             }
             .into()),
         }
+    }
+
+    async fn mount(&self, req: Request<MountRequest>) -> Reply<MountResponse> {
+        fault_rpc!("master.Mount", &req);
+        let r = req.into_inner();
+        let info = r
+            .mount
+            .ok_or_else(|| FsError::invalid("mount: no mount given"))?;
+        let m = self.ns.mount(info, &caller(&r.caller)).await?;
+        Ok(Response::new(MountResponse { mount: Some(m) }))
+    }
+
+    async fn umount(&self, req: Request<UmountRequest>) -> Reply<UmountResponse> {
+        fault_rpc!("master.Umount", &req);
+        let r = req.into_inner();
+        self.ns.umount(&r.path, &caller(&r.caller)).await?;
+        Ok(Response::new(UmountResponse {}))
+    }
+
+    async fn list_mounts(&self, req: Request<ListMountsRequest>) -> Reply<ListMountsResponse> {
+        fault_rpc!("master.ListMounts", &req);
+        Ok(Response::new(ListMountsResponse {
+            mounts: self.ns.list_mounts(),
+        }))
+    }
+
+    async fn get_mount(&self, req: Request<GetMountRequest>) -> Reply<GetMountResponse> {
+        fault_rpc!("master.GetMount", &req);
+        let m = self.ns.get_mount(req.into_inner().mount_id)?;
+        Ok(Response::new(GetMountResponse { mount: Some(m) }))
+    }
+
+    async fn resync(&self, req: Request<ResyncRequest>) -> Reply<ResyncResponse> {
+        fault_rpc!("master.Resync", &req);
+        let r = req.into_inner();
+        let s = self.ns.resync(&r.path).await?;
+        Ok(Response::new(ResyncResponse {
+            dirs: s.dirs,
+            entries: s.entries,
+            changed: s.changed,
+            removed: s.removed,
+        }))
+    }
+
+    async fn free(&self, req: Request<FreeRequest>) -> Reply<FreeResponse> {
+        fault_rpc!("master.Free", &req);
+        let r = req.into_inner();
+        let ns = self.ns.clone();
+        let c = caller(&r.caller);
+        let done = tokio::task::spawn_blocking(move || ns.free(&r.path, &c))
+            .await
+            .map_err(|e| FsError::internal(format!("free: {e}")))?;
+        let (files, blocks, bytes) = self.durable(done).await?;
+        Ok(Response::new(FreeResponse {
+            files,
+            blocks,
+            bytes,
+        }))
     }
 }

@@ -255,7 +255,7 @@ impl Namespace {
     }
 
     /// Remove everything below directory `dir` (depth first).
-    fn delete_contents(
+    pub(super) fn delete_contents(
         &self,
         txn: &mut Txn<'_>,
         dir: &InodeRec,

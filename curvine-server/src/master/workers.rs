@@ -7,9 +7,9 @@ use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use curvine_common::proto::{
-    BlockReplica, BlockReportPage, BlockReportPageResponse, CopyCommand, HeartbeatRequest,
-    HeartbeatResponse, RegisterRequest, RegisterResponse, StorageTier, TierReport, WorkerAddress,
-    WorkerReport,
+    BlockLocation, BlockReplica, BlockReportPage, BlockReportPageResponse, CopyCommand,
+    HeartbeatRequest, HeartbeatResponse, RegisterRequest, RegisterResponse, StorageTier,
+    TierReport, WorkerAddress, WorkerReport,
 };
 use curvine_common::types::now_ms;
 use curvine_common::{BlockId, FsError, FsResult};
@@ -160,6 +160,31 @@ impl Workers {
             w.was_alive = alive;
         }
         lost
+    }
+
+    /// The worker to fetch under-store block `block` for a reader on `host`: one on that
+    /// host if any, else any live one; the same one for every reader of the block while
+    /// the workers stay the same, so concurrent readers join one fetch.
+    pub fn pick_fetcher(&self, block: u64, host: &str) -> Option<BlockLocation> {
+        let m = self.read();
+        let mut live: Vec<&WorkerState> = m.values().filter(|w| self.alive(w)).collect();
+        live.sort_by_key(|w| w.id);
+        let local: Vec<&WorkerState> = live
+            .iter()
+            .copied()
+            .filter(|w| !host.is_empty() && w.address.host == host)
+            .collect();
+        let pool = if local.is_empty() { &live } else { &local };
+        if pool.is_empty() {
+            return None;
+        }
+        // spread a file's blocks over the workers
+        let w = pool[(block as usize).wrapping_mul(0x9E37_79B9) % pool.len()];
+        Some(BlockLocation {
+            worker_id: w.id,
+            address: Some(w.address.clone()),
+            tier: 0,
+        })
     }
 
     /// Choose `replicas` distinct live workers for a block of `block_size` bytes:

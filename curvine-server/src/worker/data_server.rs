@@ -37,6 +37,8 @@ pub struct DataCtx {
     pub chunk_size: u32,
     /// `host:port` of this worker, for errors.
     pub worker: String,
+    /// Under-store operators and read-through fetches.
+    pub ufs: Arc<super::ufs_fetch::UfsCtx>,
 }
 
 impl DataCtx {

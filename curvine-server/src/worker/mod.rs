@@ -7,6 +7,7 @@
 //! - `index`: the index of committed blocks and their LRU order, in RocksDB on disk.
 //! - `eviction`: LRU demotion to the next slower tier.
 //! - `data_server`, `write_path`, `read_path`: the framed TCP data plane.
+//! - `ufs_fetch`: read-through of under-store blocks (fetch, stream, keep).
 //! - `heartbeat`: registration and heartbeats with the master.
 
 pub mod block_store;
@@ -19,6 +20,7 @@ mod read_path;
 pub mod replicator;
 pub mod scrubber;
 pub mod tiers;
+mod ufs_fetch;
 mod write_path;
 
 #[cfg(test)]
@@ -84,6 +86,11 @@ pub async fn run(
         max_frame: conf.worker.max_frame_size.as_usize(),
         chunk_size: store.conf().chunk_size,
         worker: worker.clone(),
+        ufs: Arc::new(ufs_fetch::UfsCtx::new(
+            conf.master_addr(),
+            conf.cluster.auth_token.clone(),
+            conf.client.rpc_timeout.get(),
+        )),
     });
     let hb = heartbeat::HeartbeatConf {
         master_addr: conf.master_addr(),

@@ -35,6 +35,14 @@ pub fn widen(offset: u64, len: u64, block_len: u64, cs: u64) -> (u64, u64) {
 
 pub(super) async fn handle_read(ctx: &DataCtx, conn: &mut Conn, open: DataHeader) -> FsResult<()> {
     let id = open.block_id;
+    if let Some(u) = &open.ufs {
+        if ctx.store.block_info(id)?.is_none() {
+            let u = u.clone();
+            let mut open = open;
+            open.ufs = None;
+            return Box::pin(super::ufs_fetch::handle(ctx, conn, open, u)).await;
+        }
+    }
     let drop_conn = fault_data!("worker.read_block", &ctx.worker);
     // opening a file and reading a few KiB of sidecar: cheap enough to do inline
     let block = ctx.store.open_read(id)?;

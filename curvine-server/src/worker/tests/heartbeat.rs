@@ -78,6 +78,12 @@ impl MasterService for FakeMaster {
         report(ReportRequest) -> ReportResponse;
         report_bad_block(ReportBadBlockRequest) -> ReportBadBlockResponse;
         watch(WatchRequest) -> WatchResponse;
+        mount(MountRequest) -> MountResponse;
+        umount(UmountRequest) -> UmountResponse;
+        list_mounts(ListMountsRequest) -> ListMountsResponse;
+        get_mount(GetMountRequest) -> GetMountResponse;
+        resync(ResyncRequest) -> ResyncResponse;
+        free(FreeRequest) -> FreeResponse;
     }
 
     async fn register_worker(

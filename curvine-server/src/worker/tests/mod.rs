@@ -61,6 +61,11 @@ impl TestServer {
             max_frame: conf.worker.max_frame_size.as_usize(),
             chunk_size: chunk,
             worker: "test-worker".into(),
+            ufs: Arc::new(crate::worker::ufs_fetch::UfsCtx::new(
+                String::new(),
+                String::new(),
+                std::time::Duration::from_secs(1),
+            )),
         });
         let cancel = CancellationToken::new();
         let tracker = TaskTracker::new();

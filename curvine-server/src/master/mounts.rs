@@ -1,0 +1,304 @@
+//! The mount table: Curvine directories that mirror an under-store. Records live in
+//! the `meta` column family (`mnt/` ‖ mount id) and change by journal entries like every
+//! other mutation; the operators built from them are kept here, in memory.
+//!
+//! Mounting checks the store (a listing of its root) before anything changes, outside
+//! the namespace lock; mounts and unmounts run one at a time.
+
+use std::sync::{Arc, RwLock};
+
+use curvine_common::mount::redacted;
+use curvine_common::proto::{CallerInfo, MountInfo, MountMode};
+use curvine_common::types::now_ms;
+use curvine_common::{FsError, FsResult};
+use opendal::Operator;
+use prost::Message;
+use tracing::{info, warn};
+
+use super::namespace::{is_dir, Namespace};
+use super::records::UfsRec;
+use super::store::Store;
+use crate::ufs;
+
+/// `mnt/` ‖ mount id (BE u64) -> encoded `proto::MountInfo`.
+pub const META_MOUNT_PREFIX: &[u8] = b"mnt/";
+
+pub fn mount_key(id: u64) -> Vec<u8> {
+    let mut k = META_MOUNT_PREFIX.to_vec();
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+/// One mount and its operator.
+pub struct Mount {
+    pub info: MountInfo,
+    /// Built when the mount was loaded; an error (a stored mount whose options this
+    /// build no longer accepts) fails every call on it, naming the cause.
+    op: Result<Operator, FsError>,
+}
+
+impl Mount {
+    pub fn op(&self) -> FsResult<&Operator> {
+        self.op.as_ref().map_err(Clone::clone)
+    }
+    pub fn uri(&self) -> &str {
+        &self.info.ufs_uri
+    }
+    pub fn id(&self) -> u64 {
+        self.info.mount_id
+    }
+    /// Listed for people: secrets out.
+    pub fn public_info(&self) -> MountInfo {
+        let mut i = self.info.clone();
+        i.options = redacted(&i.options);
+        i
+    }
+}
+
+#[derive(Default)]
+pub struct Mounts {
+    table: RwLock<Vec<Arc<Mount>>>,
+    /// Mount and unmount one at a time (each checks the table, then changes it).
+    pub(super) change: tokio::sync::Mutex<()>,
+}
+
+/// Whether `a` is `b` or lies under it.
+fn within(a: &str, b: &str) -> bool {
+    b == "/" || a == b || (a.starts_with(b) && a.as_bytes().get(b.len()) == Some(&b'/'))
+}
+
+impl Mounts {
+    pub fn load(store: &Store) -> FsResult<Mounts> {
+        let mut table = Vec::new();
+        for (_, v) in store.meta_scan(META_MOUNT_PREFIX)? {
+            let info = MountInfo::decode(&*v)
+                .map_err(|e| FsError::internal(format!("metadata store: corrupt mount: {e}")))?;
+            let op = ufs::build(&info.ufs_uri, &info.options);
+            if let Err(e) = &op {
+                warn!(path = %info.path, ufs = %info.ufs_uri, error = %e, "cannot build a stored mount's under-store");
+            }
+            table.push(Arc::new(Mount { info, op }));
+        }
+        Ok(Mounts {
+            table: RwLock::new(table),
+            change: Default::default(),
+        })
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Mount>>> {
+        self.table.read().unwrap_or_else(|p| p.into_inner())
+    }
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Arc<Mount>>> {
+        self.table.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.read().is_empty()
+    }
+
+    pub fn list(&self) -> Vec<Arc<Mount>> {
+        let mut v = self.read().clone();
+        v.sort_by(|a, b| a.info.path.cmp(&b.info.path));
+        v
+    }
+
+    pub fn by_id(&self, id: u64) -> Option<Arc<Mount>> {
+        self.read().iter().find(|m| m.id() == id).cloned()
+    }
+
+    pub fn by_path(&self, path: &str) -> Option<Arc<Mount>> {
+        self.read().iter().find(|m| m.info.path == path).cloned()
+    }
+
+    /// The mount `path` (normalized) lies in, and the key of `path` relative to the
+    /// mount's root ("" for the mount point itself).
+    pub fn resolve(&self, path: &str) -> Option<(Arc<Mount>, String)> {
+        let t = self.read();
+        let m = t.iter().find(|m| within(path, &m.info.path))?;
+        let rel = path[m.info.path.len()..]
+            .trim_start_matches('/')
+            .to_string();
+        Some((m.clone(), rel))
+    }
+
+    /// The mount `path` conflicts with: one at, inside or above it.
+    fn conflict(&self, path: &str) -> Option<Arc<Mount>> {
+        self.read()
+            .iter()
+            .find(|m| within(path, &m.info.path) || within(&m.info.path, path))
+            .cloned()
+    }
+}
+
+fn root_caller() -> CallerInfo {
+    CallerInfo::default()
+}
+
+impl Namespace {
+    /// Mount `req.ufs_uri` at `req.path`: refused with nothing changed when the options
+    /// are unknown, the store cannot be listed, the mount point exists and is not an
+    /// empty directory, or another mount is at, inside or above it.
+    pub async fn mount(self: &Arc<Self>, req: MountInfo, c: &CallerInfo) -> FsResult<MountInfo> {
+        let path = curvine_common::path::normalize(&req.path)?;
+        if path == "/" {
+            return Err(FsError::invalid("cannot mount on /"));
+        }
+        if req.mode == MountMode::Async as i32 {
+            return Err(FsError::invalid(
+                "mode async is not supported yet (use through or cache)",
+            ));
+        }
+        let op = ufs::build(&req.ufs_uri, &req.options)?;
+        let _one = self.mounts.change.lock().await;
+        if let Some(m) = self.mounts.conflict(&path) {
+            return Err(FsError::invalid(format!(
+                "{path}: overlaps mount {} of {} (mounts cannot be nested)",
+                m.info.path, m.info.ufs_uri
+            )));
+        }
+        // the mount point, before asking the store: a cheap refusal first
+        let ns = self.clone();
+        let (p, cc) = (path.clone(), c.clone());
+        tokio::task::spawn_blocking(move || ns.check_mount_point(&p, &cc))
+            .await
+            .map_err(|e| FsError::internal(format!("mount: {e}")))??;
+        ufs::check(&req.ufs_uri, &op).await?;
+        let ns = self.clone();
+        let (p, cc) = (path.clone(), c.clone());
+        let mut info = req;
+        info.path = path.clone();
+        info.created_ms = now_ms();
+        if info.mode == MountMode::Unspecified as i32 {
+            info.mode = MountMode::Through as i32;
+        }
+        let (info, seq) = tokio::task::spawn_blocking(move || ns.record_mount(info, &p, &cc))
+            .await
+            .map_err(|e| FsError::internal(format!("mount: {e}")))??;
+        self.syncer.wait(seq).await?;
+        let m = Arc::new(Mount { info, op: Ok(op) });
+        info!(path = %m.info.path, ufs = %m.info.ufs_uri, id = m.id(),
+            options = %ufs::loggable(&m.info.options), "mounted");
+        let public = m.public_info();
+        self.mounts.write().push(m);
+        Ok(public)
+    }
+
+    fn check_mount_point(&self, path: &str, c: &CallerInfo) -> FsResult<()> {
+        match self.walk(&*self.store, path, c, false) {
+            Ok(w) => match &w.inode {
+                Some(i) if !is_dir(i) => Err(FsError::NotADirectory { path: w.path }),
+                Some(i) if i.children > 0 => Err(FsError::DirectoryNotEmpty { path: w.path }),
+                _ => Ok(()),
+            },
+            // missing parents are made
+            Err(FsError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn record_mount(
+        &self,
+        mut info: MountInfo,
+        path: &str,
+        c: &CallerInfo,
+    ) -> FsResult<(MountInfo, u64)> {
+        self.mutate(c.client_id, |txn| {
+            let existing = match self.walk(&*txn, path, c, false) {
+                Ok(w) => w.inode,
+                Err(FsError::NotFound { .. }) => None,
+                Err(e) => return Err(e),
+            };
+            let mut dir = match existing {
+                Some(i) if !is_dir(&i) => return Err(FsError::NotADirectory { path: path.into() }),
+                Some(i) if i.children > 0 => {
+                    return Err(FsError::DirectoryNotEmpty { path: path.into() })
+                }
+                Some(i) => i,
+                None => self.mkdir_in(txn, path, true, 0o755, c)?,
+            };
+            let id = txn.counters.next_mount.max(1);
+            txn.counters.next_mount = id + 1;
+            info.mount_id = id;
+            dir.mount_id = id;
+            dir.ufs = Some(Box::new(UfsRec {
+                mount_id: id,
+                persisted: true,
+                ..Default::default()
+            }));
+            txn.put_inode(dir);
+            txn.put_meta(mount_key(id), info.encode_to_vec());
+            Ok(info)
+        })
+    }
+
+    /// Remove the mount at `path`: what Curvine holds of it (entries, cached blocks)
+    /// goes; the mount point stays as an empty directory; the under-store is untouched.
+    pub async fn umount(self: &Arc<Self>, path: &str, c: &CallerInfo) -> FsResult<()> {
+        let path = curvine_common::path::normalize(path)?;
+        let _one = self.mounts.change.lock().await;
+        let Some(m) = self.mounts.by_path(&path) else {
+            return Err(FsError::invalid(format!("{path}: not a mount point")));
+        };
+        let ns = self.clone();
+        let (p, cc, id) = (path.clone(), c.clone(), m.id());
+        let seq = tokio::task::spawn_blocking(move || {
+            ns.mutate(cc.client_id, |txn| {
+                let w = ns.walk(&*txn, &p, &cc, false)?;
+                let mut dir = w.existing()?.clone();
+                if let Some(parent) = &w.parent {
+                    super::namespace::check(&cc, parent, 3, || w.parent_path())?;
+                }
+                if dir.children > 0 {
+                    ns.delete_contents(txn, &dir, &p, &root_caller())?;
+                    dir = txn.must_inode(dir.id)?;
+                    dir.children = 0;
+                }
+                dir.mount_id = 0;
+                dir.ufs = None;
+                txn.put_inode(dir);
+                txn.del_meta(mount_key(id));
+                Ok(())
+            })
+        })
+        .await
+        .map_err(|e| FsError::internal(format!("umount: {e}")))??
+        .1;
+        self.syncer.wait(seq).await?;
+        self.mounts.write().retain(|x| x.id() != id);
+        info!(path = %path, ufs = %m.info.ufs_uri, "unmounted");
+        Ok(())
+    }
+
+    /// Apply the `[[mount]]` entries of the configuration: a mount already there with
+    /// the same store is kept; a conflicting one is refused, naming the entry.
+    pub async fn apply_conf_mounts(
+        self: &Arc<Self>,
+        mounts: &[curvine_common::mount::MountConf],
+    ) -> FsResult<()> {
+        for m in mounts {
+            let info = m.to_info()?;
+            let path = curvine_common::path::normalize(&info.path)?;
+            if let Some(have) = self.mounts.by_path(&path) {
+                if have.info.ufs_uri == info.ufs_uri {
+                    continue;
+                }
+            }
+            self.mount(info, &root_caller())
+                .await
+                .map_err(|e| FsError::config(format!("[[mount]] {} at {}: {e}", m.ufs, m.path)))?;
+        }
+        Ok(())
+    }
+
+    pub fn list_mounts(&self) -> Vec<MountInfo> {
+        self.mounts.list().iter().map(|m| m.public_info()).collect()
+    }
+
+    /// A mount with its options in full (for workers building its operator).
+    pub fn get_mount(&self, id: u64) -> FsResult<MountInfo> {
+        self.mounts
+            .by_id(id)
+            .map(|m| m.info.clone())
+            .ok_or_else(|| FsError::invalid(format!("no mount with id {id}")))
+    }
+}
