@@ -572,7 +572,7 @@ impl CurvineFs {
     /// Mount the under-store `info.ufs_uri` at `info.path` (the master checks the store
     /// by listing it). The reply lists the mount with its secrets out.
     pub async fn mount(&self, mut info: proto::MountInfo) -> FsResult<proto::MountInfo> {
-        info.path = norm(&info.path)?;
+        info.path = self.norm(&info.path)?;
         let req = proto::MountRequest {
             mount: Some(info),
             caller: self.caller(),
@@ -585,7 +585,7 @@ impl CurvineFs {
     /// Remove the mount at `path` (what Curvine cached of it goes; the store stays).
     pub async fn umount(&self, path: &str) -> FsResult<()> {
         let req = proto::UmountRequest {
-            path: norm(path)?,
+            path: self.norm(path)?,
             caller: self.caller(),
         };
         rpc!(self, "umount", Mutation, req).await?;
@@ -601,7 +601,7 @@ impl CurvineFs {
     /// Check `path` (under a mount) and what was loaded below it against the store now.
     pub async fn resync(&self, path: &str) -> FsResult<proto::ResyncResponse> {
         let req = proto::ResyncRequest {
-            path: norm(path)?,
+            path: self.norm(path)?,
             caller: self.caller(),
         };
         rpc!(self, "resync", Idempotent, req).await
@@ -610,7 +610,7 @@ impl CurvineFs {
     /// Drop the cached blocks of the persisted files at or under `path`.
     pub async fn free(&self, path: &str) -> FsResult<proto::FreeResponse> {
         let req = proto::FreeRequest {
-            path: norm(path)?,
+            path: self.norm(path)?,
             caller: self.caller(),
         };
         rpc!(self, "free", Idempotent, req).await
