@@ -29,7 +29,11 @@ enum Cmd {
     #[command(subcommand)]
     Fs(FsCmd),
     /// Cluster capacity and usage per worker and tier.
-    Report,
+    Report {
+        /// Print the report as one JSON object (the console's /api/report).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -198,7 +202,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let conf = load_conf(cli.conf.as_deref())?;
     let fs = CurvineFs::connect(conf).await?;
     match cli.cmd {
-        Cmd::Report => report(&fs).await,
+        Cmd::Report { json: false } => report(&fs).await,
+        Cmd::Report { json: true } => report_json(&fs).await,
         Cmd::Fs(cmd) => fs_cmd(&fs, cmd).await,
     }
 }
@@ -394,6 +399,13 @@ async fn du(fs: &CurvineFs, st: &FileStatus) -> anyhow::Result<u64> {
         }
     }
     Ok(total)
+}
+
+async fn report_json(fs: &CurvineFs) -> anyhow::Result<()> {
+    let r = fs.report().await?;
+    let mut out = Stdout::lock();
+    writeln!(out, "{:#}", curvine_common::report::report_json(&r))?;
+    Ok(())
 }
 
 async fn report(fs: &CurvineFs) -> anyhow::Result<()> {
