@@ -197,3 +197,26 @@ mod tests {
     }
 }
 
+#[cfg(test)]
+mod dashboard {
+    /// Every `curvine_fuse_*` metric the Grafana dashboard queries is registered.
+    #[test]
+    fn every_fuse_metric_the_dashboard_queries_exists() {
+        let _ = super::fuse();
+        let exported: Vec<String> = curvine_common::web::prometheus::gather()
+            .iter()
+            .map(|f| f.name().to_string())
+            .collect();
+        let text = include_str!("../../etc/grafana/curvine.json");
+        let mut checked = 0;
+        for w in text
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("curvine_fuse_"))
+        {
+            let base = w.strip_suffix("_bucket").unwrap_or(w);
+            assert!(exported.iter().any(|n| n == base), "{base} not exported");
+            checked += 1;
+        }
+        assert!(checked >= 4);
+    }
+}

@@ -217,3 +217,48 @@ async fn the_console_shows_the_report() {
     cluster.shutdown().await.unwrap();
 }
 
+/// The metric names the Grafana dashboard queries (histogram series by their family).
+fn dashboard_metrics() -> Vec<String> {
+    let text = include_str!("../../etc/grafana/curvine.json");
+    let mut names: Vec<String> = text
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("curvine_"))
+        .map(|w| {
+            ["_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|s| w.strip_suffix(s).filter(|b| b.ends_with("_seconds")))
+                .unwrap_or(w)
+                .to_string()
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_metric_the_dashboard_queries_is_exported() {
+    let cluster = MiniCluster::builder().workers(1).start().await.unwrap();
+    let mut exported = metric_names(
+        &get(cluster.master_web_addr(), "/metrics", &[])
+            .await
+            .unwrap()
+            .body,
+    );
+    exported.extend(metric_names(
+        &get(cluster.worker_web_addr(0), "/metrics", &[])
+            .await
+            .unwrap()
+            .body,
+    ));
+    let wanted = dashboard_metrics();
+    assert!(wanted.len() > 20, "{wanted:?}");
+    // the mount's metrics are checked by curvine-fuse's own test
+    let missing: Vec<&String> = wanted
+        .iter()
+        .filter(|n| !n.starts_with("curvine_fuse_"))
+        .filter(|n| !exported.contains(n))
+        .collect();
+    assert!(missing.is_empty(), "queried but not exported: {missing:?}");
+    cluster.shutdown().await.unwrap();
+}
