@@ -16,6 +16,8 @@ if [ "${LINT:-1}" = 1 ]; then
 fi
 echo "== Rust tests"
 cargo test --release --workspace --features curvine-server/fault-injection --no-fail-fast
+echo "== Web console in a headless browser"
+bin/browser-test.sh
 echo "== Java tests"
 cargo build --release -p curvine-jni -p curvine-server
 (cd java && mvn -B -ntp test)
