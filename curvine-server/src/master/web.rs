@@ -407,11 +407,14 @@ async fn overview_page(State(c): State<Arc<Console>>) -> Response {
     let _ = write!(
         b,
         "<h2>Capacity</h2><table id=\"capacity\"><tr><th>Tier</th><th>Capacity</th>\
-         <th>Used</th><th>Free</th><th>Blocks</th></tr><tr><th>all</th>{}{}{}{}</tr>",
+         <th>Used</th><th>Free</th><th>Block replicas</th></tr><tr><th>all</th>{}{}{}{}</tr>",
         bytes("capacity", r.capacity),
         bytes("used", r.used),
         bytes("free", r.capacity.saturating_sub(r.used)),
-        num("blocks", r.blocks),
+        num(
+            "replicas",
+            tiers_total(&r).iter().map(|t| t.blocks).sum::<u64>()
+        ),
     );
     for t in tiers_total(&r) {
         let name = tier_name(t.tier);
