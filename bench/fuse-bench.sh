@@ -79,18 +79,21 @@ if [ -z "$MNT" ]; then
 [master]
 hostname = "127.0.0.1"
 rpc_port = $MPORT
+web_port = 0
 meta_dir = "$WORK/meta"
 local_socket = "$WORK/master.sock"
 storage_tier = "mem"
 [worker]
 hostname = "127.0.0.1"
 data_port = $WPORT
+web_port = 0
 data_dir = ["[MEM:6GB]$WORK/cv-mem"]
 scrub_rate = "0"
 [client]
 master_addrs = ["127.0.0.1:$MPORT"]
 [fuse]
 mnt_path = "$MNT"
+web_port = 0
 # files modified in place spill to tmpfs, next to the MEM tier (not to a disk /tmp)
 spill_dir = "$WORK/spill"
 $FUSE_CONF

@@ -24,6 +24,8 @@ echo "== pjdfstest on the FUSE mount"
 cargo build --release -p curvine-server -p curvine-fuse -p curvine-client --bins
 bin/pjdfstest.sh
 PJDFSTEST_FUSE_CONF='writeback_cache = true' bin/pjdfstest.sh
+echo "== Web console in a headless browser"
+bin/browser-test.sh
 echo "== Java tests"
 cargo build --release -p curvine-jni -p curvine-server
 (cd java && mvn -B -ntp test)

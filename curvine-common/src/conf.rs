@@ -27,6 +27,7 @@ pub struct ClusterConf {
     pub log: LogConf,
     /// Under-store mounts applied at master start (`[[mount]]`).
     pub mount: Vec<crate::mount::MountConf>,
+    pub web: WebConf,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -56,6 +57,8 @@ pub struct MasterConf {
     /// Address the master's gRPC service binds to.
     pub hostname: String,
     pub rpc_port: u16,
+    /// HTTP port of the console, `/api`, `/metrics` and the probes; 0 = off.
+    pub web_port: u16,
     /// RocksDB directory for the namespace and block map.
     pub meta_dir: PathBuf,
     /// Defaults for files created without explicit values.
@@ -110,6 +113,7 @@ impl Default for MasterConf {
         MasterConf {
             hostname: "127.0.0.1".into(),
             rpc_port: 8995,
+            web_port: 9000,
             meta_dir: PathBuf::from("/var/tmp/curvine/meta"),
             block_size: ByteSize(128 << 20),
             replicas: 1,
@@ -165,6 +169,8 @@ pub struct WorkerConf {
     /// Address clients reach the data plane on (also what the master hands out).
     pub hostname: String,
     pub data_port: u16,
+    /// HTTP port of `/metrics` and the probes; 0 = off.
+    pub web_port: u16,
     /// Tier directories: `[MEM:4GB]/dev/shm/curvine`, `[SSD:50GB]/path`, `[HDD]/path`.
     pub data_dir: Vec<String>,
     /// Checksum chunk size; CRC32C is stored per chunk.
@@ -212,6 +218,7 @@ impl Default for WorkerConf {
         WorkerConf {
             hostname: "127.0.0.1".into(),
             data_port: 8997,
+            web_port: 9001,
             data_dir: vec![
                 "[MEM:4GB]/dev/shm/curvine".into(),
                 "[SSD:20GB]/var/tmp/curvine/ssd".into(),
@@ -332,6 +339,8 @@ impl Default for ClientConf {
 #[serde(deny_unknown_fields, default)]
 pub struct FuseConf {
     pub mnt_path: PathBuf,
+    /// HTTP port of `/metrics` and the probes; 0 = off.
+    pub web_port: u16,
     /// Curvine directory shown at the mount point.
     pub fs_path: String,
     pub attr_ttl: Dur,
@@ -365,6 +374,7 @@ impl Default for FuseConf {
     fn default() -> Self {
         FuseConf {
             mnt_path: PathBuf::from("/curvine-fuse"),
+            web_port: 9002,
             fs_path: "/".into(),
             attr_ttl: Dur(Duration::from_secs(30)),
             entry_ttl: Dur(Duration::from_secs(30)),
@@ -398,6 +408,15 @@ impl Default for LogConf {
             dir: String::new(),
         }
     }
+}
+
+/// The web ports of every process (`master.web_port`, `worker.web_port`, `fuse.web_port`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebConf {
+    /// With `cluster.auth_token` set, also require it on `/metrics`, `/healthz` and
+    /// `/readyz` (the console and `/api` always require it then).
+    pub metrics_auth: bool,
 }
 
 /// The smallest file cache (`master.file_cache`) the master accepts, besides 0.

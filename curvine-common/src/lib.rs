@@ -9,9 +9,11 @@ pub mod error;
 pub mod frame;
 pub mod mount;
 pub mod path;
+pub mod report;
 pub mod rpc;
 pub mod rpc_server;
 pub mod types;
+pub mod web;
 
 /// Generated protobuf and gRPC code (`proto/curvine.proto`).
 #[allow(clippy::all, clippy::pedantic)]

@@ -12,8 +12,11 @@ mod fs;
 mod groups;
 mod inodes;
 mod listings;
+mod metered;
+pub mod metrics;
 pub mod mount;
 mod ops;
+pub mod web;
 
 pub use fs::{CurvineFuse, MountOptions};
 pub use mount::{fuse_device_fd, lazy_unmount, mount, prepare_mount_point, tune_read_ahead};

@@ -115,6 +115,10 @@ async fn run(args: Args, conf: ClusterConf) -> anyhow::Result<()> {
     let opts = MountOptions::from_conf(&fuse_conf, spill);
 
     let mnt = curvine_fuse::prepare_mount_point(&mnt)?;
+    let mounted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let web_stop = tokio_util::sync::CancellationToken::new();
+    let _web_stop = web_stop.clone().drop_guard();
+    curvine_fuse::web::start(&conf, mounted.clone(), web_stop).await?;
     // before connecting, so the master and worker connections are polled too
     curvine_common::busy_poll::set(fuse_conf.busy_poll.get());
     let fs = CurvineFs::connect(conf)
@@ -124,6 +128,7 @@ async fn run(args: Args, conf: ClusterConf) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("open {}", fuse_conf.fs_path))?;
     let mut handle = curvine_fuse::mount(fuse, &mnt).await?;
+    mounted.store(true, std::sync::atomic::Ordering::Release);
     if curvine_common::busy_poll::global().enabled() {
         match curvine_fuse::fuse_device_fd() {
             Some(fd) => curvine_common::busy_poll::global().watch(fd),
@@ -151,6 +156,7 @@ async fn run(args: Args, conf: ClusterConf) -> anyhow::Result<()> {
         _ = int.recv() => "SIGINT",
     };
     info!(signal = why, "unmounting");
+    mounted.store(false, std::sync::atomic::Ordering::Release);
     match tokio::time::timeout(Duration::from_secs(20), handle.unmount()).await {
         Ok(Ok(())) => info!("unmounted"),
         Ok(Err(e)) => {

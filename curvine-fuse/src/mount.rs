@@ -127,6 +127,7 @@ pub async fn mount(fuse: CurvineFuse, dir: &Path) -> anyhow::Result<MountHandle>
         .read_only(o.read_only)
         .write_back(o.writeback_cache)
         .force_readdir_plus(true);
+    let fuse = crate::metered::Metered(fuse);
     let session = Session::new(mo);
     let handle = if have_fusermount3() {
         session.mount_with_unprivileged(fuse, dir).await

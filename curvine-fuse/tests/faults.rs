@@ -63,7 +63,7 @@ impl Env {
              [client]\nmaster_addrs = [\"{}\"]\nhostname = \"{}\"\nrpc_timeout = \"10s\"\n\
              connect_timeout = \"2s\"\nshort_circuit = {short_circuit}\nrpc_retries = 30\n\
              retry_backoff = \"100ms\"\n\n\
-             [log]\nlevel = \"warn\"\n",
+             [fuse]\nweb_port = 0\n\n[log]\nlevel = \"warn\"\n",
             c.master.local_socket.display(),
             c.client.master_addrs[0],
             c.client.hostname

@@ -6,6 +6,7 @@
 #[macro_use]
 pub mod fault;
 pub mod master;
+pub mod metrics;
 mod rocks;
 pub mod testing;
 pub mod ufs;

@@ -138,7 +138,10 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("bind master rpc address {addr}"))?;
             tracing::info!(%addr, "master listening");
-            curvine_server::master::run(conf, listener, cancel).await?;
+            let web = curvine_common::web::bind(&conf.master.hostname, conf.master.web_port)
+                .await
+                .context("master.web_port")?;
+            curvine_server::master::run_with_web(conf, listener, web, cancel).await?;
         } else {
             let addr = format!(
                 "{}:{}",
@@ -149,7 +152,11 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("bind worker data address {addr}"))?;
             tracing::info!(%addr, "worker listening");
-            curvine_server::worker::run(conf, listener, cancel).await?;
+            let host = bind_host(&conf.worker.hostname);
+            let web = curvine_common::web::bind(host, conf.worker.web_port)
+                .await
+                .context("worker.web_port")?;
+            curvine_server::worker::run_with_web(conf, listener, web, cancel).await?;
         }
         tracing::info!("stopped");
         Ok(())

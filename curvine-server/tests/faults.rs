@@ -499,7 +499,7 @@ fn kill9_under_load(journal_sync: bool) {
     let mut f = std::fs::File::create(&conf_path).unwrap();
     write!(
         f,
-        "[master]\nhostname = \"127.0.0.1\"\nrpc_port = {port}\nmeta_dir = \"{}\"\n\
+        "[master]\nhostname = \"127.0.0.1\"\nrpc_port = {port}\nweb_port = 0\nmeta_dir = \"{}\"\n\
          lease_timeout = \"2s\"\nlocal_socket = \"{}\"\n\
          [client]\nmaster_addrs = [\"127.0.0.1:{port}\"]\nrpc_timeout = \"5s\"\nrpc_retries = 1\n\
          [journal]\nsync = {journal_sync}\n\
@@ -659,9 +659,9 @@ impl Procs {
         let (mport, wport) = (free_port(), free_port());
         let conf_path = dir.path().join("conf.toml");
         let text = format!(
-            "[master]\nhostname = \"127.0.0.1\"\nrpc_port = {mport}\nmeta_dir = \"{meta}\"\n\
+            "[master]\nhostname = \"127.0.0.1\"\nrpc_port = {mport}\nweb_port = 0\nmeta_dir = \"{meta}\"\n\
              block_size = \"8MB\"\nlease_timeout = \"2s\"\nworker_lost_timeout = \"3s\"\n\
-             [worker]\nhostname = \"127.0.0.1\"\ndata_port = {wport}\n\
+             [worker]\nhostname = \"127.0.0.1\"\ndata_port = {wport}\nweb_port = 0\n\
              data_dir = [\"[SSD:1GB]{data}\"]\nheartbeat_interval = \"200ms\"\n\
              [client]\nhostname = \"127.0.0.1\"\nmaster_addrs = [\"127.0.0.1:{mport}\"]\n\
              rpc_timeout = \"3s\"\nconnect_timeout = \"1s\"\nrpc_retries = 1\n\

@@ -29,7 +29,11 @@ enum Cmd {
     #[command(subcommand)]
     Fs(FsCmd),
     /// Cluster capacity and usage per worker and tier.
-    Report,
+    Report {
+        /// Print the report as one JSON object (the console's /api/report).
+        #[arg(long)]
+        json: bool,
+    },
     /// Mount an under-store (S3 bucket, directory) at a Curvine path; alone, list the
     /// mounts. `cv mount resync PATH` checks PATH against the store now.
     Mount(MountArgs),
@@ -248,7 +252,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let conf = load_conf(cli.conf.as_deref())?;
     let fs = CurvineFs::connect(conf).await?;
     match cli.cmd {
-        Cmd::Report => report(&fs).await,
+        Cmd::Report { json: false } => report(&fs).await,
+        Cmd::Report { json: true } => report_json(&fs).await,
         Cmd::Fs(cmd) => fs_cmd(&fs, cmd).await,
         Cmd::Mount(args) => mount_cmd(&fs, args).await,
         Cmd::Umount { path } => Ok(fs.umount(&path).await?),
@@ -639,6 +644,13 @@ async fn du(fs: &CurvineFs, st: &FileStatus) -> anyhow::Result<u64> {
         }
     }
     Ok(total)
+}
+
+async fn report_json(fs: &CurvineFs) -> anyhow::Result<()> {
+    let r = fs.report().await?;
+    let mut out = Stdout::lock();
+    writeln!(out, "{:#}", curvine_common::report::report_json(&r))?;
+    Ok(())
 }
 
 async fn report(fs: &CurvineFs) -> anyhow::Result<()> {

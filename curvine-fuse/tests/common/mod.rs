@@ -45,10 +45,16 @@ pub fn write_conf(cluster: &MiniCluster, path: &Path, extra_fuse: &str) {
         .iter()
         .map(|a| format!("\"{a}\""))
         .collect();
+    // the mount's web port is off unless a test asks for one
+    let web = if extra_fuse.contains("web_port") {
+        ""
+    } else {
+        "web_port = 0\n"
+    };
     let text = format!(
         "[master]\nlocal_socket = \"{}\"\n\n\
          [client]\nmaster_addrs = [{}]\nhostname = \"{}\"\nrpc_timeout = \"10s\"\nconnect_timeout = \"2s\"\n\n\
-         [fuse]\n{extra_fuse}\n\n[log]\nlevel = \"warn\"\n",
+         [fuse]\n{web}{extra_fuse}\n\n[log]\nlevel = \"warn\"\n",
         c.master.local_socket.display(),
         addrs.join(", "),
         c.client.hostname

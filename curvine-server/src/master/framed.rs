@@ -22,7 +22,7 @@ use tonic::transport::server::{Connected, TcpConnectInfo};
 use tracing::{debug, warn};
 
 use super::auth::AuthInterceptor;
-use super::service::MasterSvc;
+use super::metered::Metered as MasterSvc;
 
 /// How long a new connection may take to send its first four bytes.
 const SNIFF_TIMEOUT: Duration = Duration::from_secs(10);

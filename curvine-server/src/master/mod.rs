@@ -15,6 +15,7 @@ mod framed;
 mod inode_cache;
 mod lease;
 mod mounts;
+mod metered;
 mod namespace;
 mod records;
 mod replication;
@@ -23,6 +24,7 @@ mod store;
 mod syncer;
 mod tree;
 mod ufs_meta;
+pub mod web;
 mod workers;
 
 #[cfg(test)]
@@ -55,6 +57,16 @@ pub use tree::{RENAME_EXCHANGE, RENAME_NOREPLACE};
 pub async fn run(
     conf: ClusterConf,
     listener: TcpListener,
+    cancel: CancellationToken,
+) -> FsResult<()> {
+    run_with_web(conf, listener, None, cancel).await
+}
+
+/// [`run`], with the console, `/metrics` and the probes served on `web` when given.
+pub async fn run_with_web(
+    conf: ClusterConf,
+    listener: TcpListener,
+    web: Option<TcpListener>,
     cancel: CancellationToken,
 ) -> FsResult<()> {
     let addr = listener
@@ -103,10 +115,15 @@ pub async fn run(
     );
     tasks.close();
 
-    let svc = Arc::new(service::MasterSvc {
+    let serving = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let web = web.map(|l| {
+        let app = web::app(&conf, &ns, serving.clone());
+        curvine_common::web::spawn(l, app, cancel.child_token())
+    });
+    let svc = Arc::new(metered::Metered(service::MasterSvc {
         ns: ns.clone(),
         stop: cancel.clone(),
-    });
+    }));
     let auth = auth::AuthInterceptor::new(&conf.cluster.auth_token);
     // one port, two protocols: framed connections are served by `framed`, the rest
     // reach tonic through this channel
@@ -127,6 +144,7 @@ pub async fn run(
         .max_decoding_message_size(256 << 20)
         .max_encoding_message_size(256 << 20);
     let grpc = tonic::service::interceptor::InterceptedService::new(grpc, auth);
+    serving.store(true, std::sync::atomic::Ordering::Release);
     let served = tonic::transport::Server::builder()
         .add_service(grpc)
         .serve_with_incoming_shutdown(
@@ -134,7 +152,11 @@ pub async fn run(
             cancel.cancelled(),
         )
         .await;
+    serving.store(false, std::sync::atomic::Ordering::Release);
     let _ = accept.await;
+    if let Some(web) = web {
+        let _ = web.await;
+    }
     if let Some((path, task)) = local {
         let _ = task.await;
         if let Err(e) = std::fs::remove_file(&path) {

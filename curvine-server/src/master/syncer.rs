@@ -122,8 +122,12 @@ fn sync_loop(sh: Arc<Shared>, store: Arc<Store>) {
             w.1
         };
         let target = sh.written.load(Ordering::SeqCst);
+        let started = std::time::Instant::now();
         match store.sync_wal() {
             Ok(()) => {
+                crate::metrics::master()
+                    .journal_sync
+                    .observe(started.elapsed().as_secs_f64());
                 sh.synced.send_replace(target);
             }
             Err(e) => {

@@ -3,6 +3,7 @@
 //! nodes can be stopped and restarted (same ports, same dirs) for fault tests.
 
 pub mod s3;
+pub mod http;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -112,6 +113,9 @@ impl MiniClusterBuilder {
         let master_listener = bind("127.0.0.1:0").await?;
         let master_addr = local_addr(&master_listener)?;
         conf.master.rpc_port = master_addr.port();
+        let master_web_listener = bind("127.0.0.1:0").await?;
+        let master_web = local_addr(&master_web_listener)?;
+        conf.master.web_port = master_web.port();
         conf.client.master_addrs = vec![master_addr.to_string()];
 
         let mut cluster = MiniCluster {
@@ -119,20 +123,24 @@ impl MiniClusterBuilder {
             tiers: self.tiers,
             master: None,
             master_addr,
+            master_web,
             workers: Vec::new(),
             _shm_base: shm_base,
             _base: base,
         };
-        cluster.spawn_master(master_listener);
+        cluster.spawn_master(master_listener, master_web_listener);
         for i in 0..self.workers {
             let listener = bind("127.0.0.1:0").await?;
             let addr = local_addr(&listener)?;
+            let web_listener = bind("127.0.0.1:0").await?;
+            let web = local_addr(&web_listener)?;
             cluster.workers.push(WorkerSlot {
                 addr,
+                web,
                 node: None,
                 dirs: cluster.worker_tier_dirs(i)?,
             });
-            cluster.spawn_worker(i, listener)?;
+            cluster.spawn_worker(i, listener, web_listener)?;
         }
         cluster.wait_workers_live(self.workers).await?;
         Ok(cluster)
@@ -159,6 +167,8 @@ impl Node {
 
 struct WorkerSlot {
     addr: SocketAddr,
+    /// `/metrics` and the probes.
+    web: SocketAddr,
     node: Option<Node>,
     dirs: Vec<(String, PathBuf)>,
 }
@@ -168,6 +178,8 @@ pub struct MiniCluster {
     tiers: Vec<TierSpec>,
     master: Option<Node>,
     master_addr: SocketAddr,
+    /// The console, `/api`, `/metrics` and the probes.
+    master_web: SocketAddr,
     workers: Vec<WorkerSlot>,
     // Dropped last: removes every node's files.
     _shm_base: Option<tempfile::TempDir>,
@@ -207,6 +219,16 @@ impl MiniCluster {
         self.workers[i].addr
     }
 
+    /// The master's web port (console, `/api`, `/metrics`, `/healthz`, `/readyz`).
+    pub fn master_web_addr(&self) -> SocketAddr {
+        self.master_web
+    }
+
+    /// Worker `i`'s web port (`/metrics`, `/healthz`, `/readyz`).
+    pub fn worker_web_addr(&self, i: usize) -> SocketAddr {
+        self.workers[i].web
+    }
+
     pub fn worker_count(&self) -> usize {
         self.workers.len()
     }
@@ -235,14 +257,19 @@ impl MiniCluster {
         Ok(out)
     }
 
-    fn spawn_master(&mut self, listener: TcpListener) {
+    fn spawn_master(&mut self, listener: TcpListener, web: TcpListener) {
         let cancel = CancellationToken::new();
         let conf = self.conf.clone();
-        let task = tokio::spawn(crate::master::run(conf, listener, cancel.clone()));
+        let task = tokio::spawn(crate::master::run_with_web(
+            conf,
+            listener,
+            Some(web),
+            cancel.clone(),
+        ));
         self.master = Some(Node { cancel, task });
     }
 
-    fn spawn_worker(&mut self, i: usize, listener: TcpListener) -> FsResult<()> {
+    fn spawn_worker(&mut self, i: usize, listener: TcpListener, web: TcpListener) -> FsResult<()> {
         let mut conf = self.conf.clone();
         conf.worker.data_dir = self.workers[i]
             .dirs
@@ -250,8 +277,14 @@ impl MiniCluster {
             .map(|(e, _)| e.clone())
             .collect();
         conf.worker.data_port = self.workers[i].addr.port();
+        conf.worker.web_port = self.workers[i].web.port();
         let cancel = CancellationToken::new();
-        let task = tokio::spawn(crate::worker::run(conf, listener, cancel.clone()));
+        let task = tokio::spawn(crate::worker::run_with_web(
+            conf,
+            listener,
+            Some(web),
+            cancel.clone(),
+        ));
         self.workers[i].node = Some(Node { cancel, task });
         Ok(())
     }
@@ -270,7 +303,8 @@ impl MiniCluster {
             return Ok(());
         }
         let listener = bind(&self.master_addr.to_string()).await?;
-        self.spawn_master(listener);
+        let web = bind(&self.master_web.to_string()).await?;
+        self.spawn_master(listener, web);
         Ok(())
     }
 
@@ -294,7 +328,8 @@ impl MiniCluster {
             return Ok(());
         }
         let listener = bind(&self.workers[i].addr.to_string()).await?;
-        self.spawn_worker(i, listener)
+        let web = bind(&self.workers[i].web.to_string()).await?;
+        self.spawn_worker(i, listener, web)
     }
 
     pub async fn restart_worker(&mut self, i: usize) -> FsResult<()> {

@@ -107,6 +107,7 @@ pub async fn serve(
 }
 
 async fn handle_conn(ctx: Arc<DataCtx>, stream: TcpStream, peer: SocketAddr) {
+    let _open = crate::metrics::OpenStream::open();
     if let Err(e) = stream.set_nodelay(true) {
         debug!(%peer, error = %e, "set TCP_NODELAY failed");
     }

@@ -181,6 +181,7 @@ impl BlockStore {
             }
             g.moving.remove(&id);
             let tier_kind = g.tiers[to].tier;
+            crate::metrics::worker().evicted(g.tiers[from].tier, len);
             let f = &mut g.tiers[from];
             f.committed = f.committed.saturating_sub(len);
             f.blocks = f.blocks.saturating_sub(1);

@@ -101,6 +101,11 @@ impl EarlyHeartbeat {
         }
     }
 
+    /// Whether a heartbeat task is registered with a master now (the worker's `/readyz`).
+    pub fn is_registered(&self) -> bool {
+        self.state().wait.is_some()
+    }
+
     /// Requests made up to now; a heartbeat starting now answers them when it ends.
     pub(super) fn asked(&self) -> u64 {
         self.state().asked

@@ -21,6 +21,7 @@ pub mod replicator;
 pub mod scrubber;
 pub mod tiers;
 mod ufs_fetch;
+mod web;
 mod write_path;
 
 #[cfg(test)]
@@ -66,6 +67,16 @@ pub fn open_store(conf: &ClusterConf, worker: String) -> FsResult<Arc<BlockStore
 pub async fn run(
     conf: ClusterConf,
     listener: TcpListener,
+    cancel: CancellationToken,
+) -> FsResult<()> {
+    run_with_web(conf, listener, None, cancel).await
+}
+
+/// [`run`], with `/metrics` and the probes served on `web` when given.
+pub async fn run_with_web(
+    conf: ClusterConf,
+    listener: TcpListener,
+    web: Option<TcpListener>,
     cancel: CancellationToken,
 ) -> FsResult<()> {
     let port = listener
@@ -119,6 +130,13 @@ pub async fn run(
     };
     info!(%worker, master = %conf.master_addr(), "worker starting");
     let tracker = TaskTracker::new();
+    if let Some(l) = web {
+        let app = web::app(&conf, &store);
+        let served = curvine_common::web::spawn(l, app, cancel.child_token());
+        tracker.spawn(async move {
+            let _ = served.await;
+        });
+    }
     tracker.spawn(data_server::serve(
         ctx,
         listener,

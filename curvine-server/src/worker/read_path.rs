@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use tracing::debug;
 
 use super::data_server::{Conn, DataCtx, MAX_BUFFERS};
+use crate::metrics::{self, IoPath};
 
 /// Largest READ_DATA payload (whole chunks).
 pub const MAX_READ_FRAME: u64 = 1 << 20;
@@ -57,6 +58,14 @@ pub(super) async fn handle_read(ctx: &DataCtx, conn: &mut Conn, open: DataHeader
         ok.path = block.path.display().to_string();
         ok.crcs = block.crcs;
         conn.send(&ok, &[]).await?;
+        // the client reads the file itself: count what it asked for
+        let rest = block.len.saturating_sub(open.offset);
+        let granted = if open.len == 0 {
+            rest
+        } else {
+            open.len.min(rest)
+        };
+        metrics::worker().read(block.tier, IoPath::ShortCircuit, granted);
         fault_drop!(return drop_conn, conn);
         return Ok(());
     }
@@ -92,6 +101,7 @@ pub(super) async fn handle_read(ctx: &DataCtx, conn: &mut Conn, open: DataHeader
         let worker = ctx.worker.clone();
         stream_range(conn, block.file, crcs, cs, (start, end), frame, id, worker).await?;
     }
+    metrics::worker().read(block.tier, IoPath::Remote, end - start);
     fault_drop!(return drop_conn, conn);
     let mut done = header(DataOp::ReadEnd);
     done.block_id = id;

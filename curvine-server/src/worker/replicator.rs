@@ -226,6 +226,8 @@ pub async fn copy_block(ctx: &CopyCtx, cmd: &CopyCommand) -> FsResult<()> {
                     )));
                 }
                 if verify_chunks(&buf, src_cs, &f.crcs).is_err() {
+                    crate::metrics::worker()
+                        .checksum_failure(crate::metrics::ChecksumSource::Replication);
                     return Err(FsError::ChecksumMismatch {
                         block_id: id,
                         worker: addr.clone(),
@@ -269,9 +271,11 @@ pub async fn copy_block(ctx: &CopyCtx, cmd: &CopyCommand) -> FsResult<()> {
         )));
     }
     drop(file);
+    let stored = handle.tier();
     tokio::task::spawn_blocking(move || handle.commit(len, crcs))
         .await
         .map_err(join_err)??;
+    crate::metrics::worker().written(stored, crate::metrics::IoPath::Replication, len);
     info!(block = id, len, source = %addr, "block copied");
     debug!(block = id, "copy committed");
     Ok(())

@@ -156,6 +156,7 @@ async fn scrub_block(
         off += n;
         stats.bytes += n;
         bg.scrubbed.fetch_add(n, Ordering::Relaxed);
+        crate::metrics::worker().scrubbed.inc_by(n);
         if rate > 0 {
             let due = Duration::from_secs_f64(stats.bytes as f64 / rate as f64);
             let elapsed = started.elapsed();
@@ -170,6 +171,7 @@ async fn scrub_block(
     if let Some(at) = bad {
         warn!(block = id, offset = at, path = %block.path.display(),
             "scrub: stored block fails its checksum; removing it");
+        crate::metrics::worker().checksum_failure(crate::metrics::ChecksumSource::Scrub);
         if store.delete(id)? {
             bg.note_bad(id);
         }

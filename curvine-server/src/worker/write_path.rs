@@ -17,6 +17,8 @@ use tokio::sync::mpsc;
 use tracing::debug;
 
 use super::block_store::WriteHandle;
+use crate::metrics::{self, ChecksumSource, IoPath};
+
 use super::data_server::{join_err, take_spare, Conn, DataCtx, MAX_BUFFERS};
 
 struct Job {
@@ -61,7 +63,9 @@ async fn short_circuit_write(ctx: &DataCtx, conn: &mut Conn, handle: WriteHandle
         return Err(FsError::io("client closed the connection during a write"));
     };
     match DataOp::try_from(h.op) {
-        Ok(DataOp::WriteCommit) => commit(ctx, conn, handle, h.len, h.crcs).await,
+        Ok(DataOp::WriteCommit) => {
+            commit(ctx, conn, handle, h.len, h.crcs, IoPath::ShortCircuit).await
+        }
         Ok(DataOp::WriteAbort) => Ok(()),
         _ => Err(FsError::protocol(format!(
             "expected WRITE_COMMIT or WRITE_ABORT, got op {}",
@@ -76,8 +80,10 @@ async fn commit(
     handle: WriteHandle,
     len: u64,
     crcs: Vec<u32>,
+    path: IoPath,
 ) -> FsResult<()> {
     let id = handle.id;
+    let tier = handle.tier();
     if ctx.store.conf().fsync_for(handle.tier()) {
         tokio::task::spawn_blocking(move || handle.commit(len, crcs))
             .await
@@ -86,6 +92,7 @@ async fn commit(
         // without fsync a commit is a few metadata syscalls: cheaper inline
         handle.commit(len, crcs)?;
     }
+    metrics::worker().written(tier, path, len);
     let mut ok = header(DataOp::Ok);
     ok.block_id = id;
     ok.len = len;
@@ -185,7 +192,7 @@ async fn remote_write(
                 while let Ok(b) = free_rx.try_recv() {
                     conn.spare.push(b);
                 }
-                return commit(ctx, conn, handle, h.len, crcs).await;
+                return commit(ctx, conn, handle, h.len, crcs, IoPath::Remote).await;
             }
             Ok(DataOp::WriteAbort) => {
                 tx = None;
@@ -250,6 +257,7 @@ fn disk_writer(
     let mut all = Vec::new();
     while let Some(job) = rx.blocking_recv() {
         if let Err(i) = verify_chunks(&job.buf, cs, &job.crcs) {
+            metrics::worker().checksum_failure(ChecksumSource::Write);
             return Err(FsError::ChecksumMismatch {
                 block_id: id,
                 worker,

@@ -100,6 +100,7 @@ public final class CurvineCluster {
         "[master]",
         "hostname = \"127.0.0.1\"",
         "rpc_port = " + master,
+        "web_port = 0",
         "meta_dir = \"" + dir.resolve("meta") + "\"",
         "local_socket = \"" + dir.resolve("master.sock") + "\"",
         // small pages so that every listing in the tests crosses page boundaries
@@ -109,6 +110,7 @@ public final class CurvineCluster {
         "[worker]",
         "hostname = \"127.0.0.1\"",
         "data_port = " + worker,
+        "web_port = 0",
         "data_dir = [\"[MEM:8GB]" + data + "\"]",
         "heartbeat_interval = \"1s\"",
         "[client]",

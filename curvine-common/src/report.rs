@@ -1,0 +1,90 @@
+//! The cluster report as JSON: what `cv report --json` prints and the console's
+//! `/api/report` serves, from one function so the two always agree.
+
+use serde_json::{json, Value};
+
+use crate::proto::{ReportResponse, StorageTier, TierReport, WorkerReport};
+
+fn tier_name(t: i32) -> &'static str {
+    StorageTier::try_from(t)
+        .unwrap_or(StorageTier::Unspecified)
+        .name()
+}
+
+fn tier_json(t: &TierReport) -> Value {
+    json!({
+        "tier": tier_name(t.tier),
+        "capacity": t.capacity,
+        "used": t.used,
+        "blocks": t.blocks,
+        "dir": t.dir,
+    })
+}
+
+fn worker_json(w: &WorkerReport) -> Value {
+    let a = w.address.clone().unwrap_or_default();
+    json!({
+        "id": a.worker_id,
+        "address": format!("{}:{}", a.host, a.data_port),
+        "state": if w.alive { "alive" } else { "lost" },
+        "last_heartbeat_ms": w.last_heartbeat_ms,
+        "scrubbed_bytes": w.scrubbed_bytes,
+        "copies_in_flight": w.copies_in_flight,
+        "blocks": w.tiers.iter().map(|t| t.blocks).sum::<u64>(),
+        "tiers": w.tiers.iter().map(tier_json).collect::<Vec<_>>(),
+    })
+}
+
+/// Capacity, usage and blocks per tier over the live workers, in tier order.
+pub fn tiers_total(r: &ReportResponse) -> Vec<TierReport> {
+    let mut out: Vec<TierReport> = Vec::new();
+    for t in r.workers.iter().filter(|w| w.alive).flat_map(|w| &w.tiers) {
+        match out.iter_mut().find(|o| o.tier == t.tier) {
+            Some(o) => {
+                o.capacity += t.capacity;
+                o.used += t.used;
+                o.blocks += t.blocks;
+            }
+            None => out.push(TierReport {
+                tier: t.tier,
+                capacity: t.capacity,
+                used: t.used,
+                blocks: t.blocks,
+                dir: String::new(),
+            }),
+        }
+    }
+    out.sort_by_key(|t| t.tier);
+    out
+}
+
+/// The report as one JSON object (field names are documented in docs/web.md).
+pub fn report_json(r: &ReportResponse) -> Value {
+    let live = r.workers.iter().filter(|w| w.alive).count();
+    json!({
+        "cluster_id": r.cluster_id,
+        "capacity": r.capacity,
+        "used": r.used,
+        "free": r.capacity.saturating_sub(r.used),
+        "files": r.files,
+        "dirs": r.dirs,
+        "blocks": r.blocks,
+        "tiers": tiers_total(r).iter().map(|t| json!({
+            "tier": tier_name(t.tier),
+            "capacity": t.capacity,
+            "used": t.used,
+            "blocks": t.blocks,
+        })).collect::<Vec<_>>(),
+        "replication": {
+            "under_replicated": r.under_replicated,
+            "missing_blocks": r.missing_blocks,
+            "copies_in_flight": r.copies_in_flight,
+            "copies_done": r.copies_done,
+            "copies_failed": r.copies_failed,
+            "bad_replicas": r.bad_replicas,
+        },
+        "workers_live": live,
+        "workers_lost": r.workers.len() - live,
+        "workers": r.workers.iter().map(worker_json).collect::<Vec<_>>(),
+    })
+}
