@@ -2,8 +2,8 @@
 //! temp dirs, for integration tests. `start()` returns once every worker is registered;
 //! nodes can be stopped and restarted (same ports, same dirs) for fault tests.
 
-pub mod s3;
 pub mod http;
+pub mod s3;
 
 use std::future::Future;
 use std::net::SocketAddr;
