@@ -269,6 +269,47 @@ fn deep_unicode_and_invalid_paths() {
     ));
 }
 
+/// `mkdir -p` of a path of 30,000 components (60 KB, under `max_path_len`) makes every
+/// directory in one call, without deep recursion; through a symlink it makes the
+/// missing ones under the link's target; an intermediate directory the caller may not
+/// write stops it with PermissionDenied and nothing made.
+#[test]
+fn mkdir_parents_of_deep_paths_and_through_symlinks() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let c = root();
+    let deep = "/d".repeat(30_000);
+    // run on a small stack: recursion per component would overflow it
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn_scoped(s, || ns.mkdir(&deep, true, 0, &c).unwrap())
+            .unwrap()
+            .join()
+            .unwrap();
+    });
+    assert!(stat(&ns, &deep).is_ok());
+    assert_eq!(stat(&ns, &"/d".repeat(29_999)).unwrap().nlink, 3);
+
+    ns.mkdir("/real", false, 0, &c).unwrap();
+    ns.symlink("/real", "/link", &c).unwrap();
+    ns.mkdir("/link/a/b/c", true, 0, &c).unwrap();
+    assert!(stat(&ns, "/real/a/b/c").is_ok());
+
+    let u = user(1000, 1000);
+    ns.mkdir("/open", false, 0o777, &c).unwrap();
+    ns.mkdir("/open/shut", false, 0o555, &c).unwrap();
+    assert!(matches!(
+        ns.mkdir("/open/shut/x/y", true, 0, &u),
+        Err(FsError::PermissionDenied { .. })
+    ));
+    assert!(ns.mkdir("/open/mine/x/y", true, 0o700, &u).is_ok());
+    assert!(matches!(
+        stat(&ns, "/open/shut/x"),
+        Err(FsError::NotFound { .. })
+    ));
+}
+
 #[test]
 fn rename_rules() {
     let d = tempfile::tempdir().unwrap();

@@ -53,14 +53,32 @@ impl Namespace {
         c: &CallerInfo,
     ) -> FsResult<InodeRec> {
         let mode = if mode == 0 { 0o755 } else { mode };
-        let w = match self.walk(&*txn, path, c, false) {
-            Ok(w) => w,
-            Err(FsError::NotFound { path: missing }) if parents => {
-                // Create the first missing ancestor, then retry one level down.
-                self.mkdir_in(txn, &missing, true, mode, c)?;
-                return self.mkdir_in(txn, path, parents, mode, c);
+        // A loop, not recursion: a path may have tens of thousands of components, and
+        // the missing ancestors are made without walking the whole path for each.
+        let w = loop {
+            match self.walk(&*txn, path, c, false) {
+                Ok(w) => break w,
+                Err(FsError::NotFound { path: missing }) if parents => {
+                    // `missing`'s parent exists: make it, then each ancestor after it
+                    // (when no symlink lies between) in the one made before it
+                    let first = self.walk(&*txn, &missing, c, false)?;
+                    let parent = first.dir()?.clone();
+                    let mut dir = self.make_dir(txn, &parent, &first.name, mode, c, &missing)?;
+                    let norm =
+                        curvine_common::path::normalize_within(path, self.conf.max_path_len)?;
+                    let rest = norm
+                        .strip_prefix(missing.as_str())
+                        .and_then(|r| r.strip_prefix('/'));
+                    if let Some((between, _last)) = rest.and_then(|r| r.rsplit_once('/')) {
+                        let mut at = missing.clone();
+                        for name in between.split('/') {
+                            at = curvine_common::path::child(&at, name);
+                            dir = self.make_dir(txn, &dir, name, mode, c, &at)?;
+                        }
+                    }
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
         };
         if let Some(existing) = &w.inode {
             if parents && is_dir(existing) {
@@ -68,14 +86,30 @@ impl Namespace {
             }
             return Err(FsError::exists(&w.path));
         }
-        let dir = w.dir()?.clone();
-        check(c, &dir, 3, || w.parent_path())?;
-        let mut ino = Self::new_inode(txn, FileType::Dir, mode, c, &dir, &w.name);
+        let parent = w.dir()?.clone();
+        self.make_dir(txn, &parent, &w.name, mode, c, &w.path)
+    }
+
+    /// Make directory `name` (at `path`) in `parent`, where nothing has that name.
+    fn make_dir(
+        &self,
+        txn: &mut Txn<'_>,
+        parent: &InodeRec,
+        name: &str,
+        mode: u32,
+        c: &CallerInfo,
+        path: &str,
+    ) -> FsResult<InodeRec> {
+        check(c, parent, 3, || match path.rsplit_once('/') {
+            Some((p, _)) if !p.is_empty() => p.to_string(),
+            _ => "/".to_string(),
+        })?;
+        let mut ino = Self::new_inode(txn, FileType::Dir, mode, c, parent, name);
         ino.complete = true;
         txn.counters.dirs += 1;
-        txn.link_entry_as(dir.id, &w.name, ino.id, true)?;
+        txn.link_entry_as(parent.id, name, ino.id, true)?;
         txn.put_inode(ino.clone());
-        debug!(path = %w.path, id = ino.id, "mkdir");
+        debug!(path, id = ino.id, "mkdir");
         Ok(ino)
     }
 
