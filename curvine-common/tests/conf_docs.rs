@@ -50,6 +50,14 @@ impl<'de> de::Deserializer<'de> for Probe {
         Err(Stop::Other("not a struct".into()))
     }
 
+    /// An array of tables (`[[mount]]`): the probe goes on into its first element.
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Stop> {
+        match self.enter {
+            None => visitor.visit_seq(OneElement { done: false }),
+            Some(_) => Err(Stop::Other("not a struct".into())),
+        }
+    }
+
     fn deserialize_struct<V: Visitor<'de>>(
         self,
         _name: &'static str,
@@ -64,8 +72,27 @@ impl<'de> de::Deserializer<'de> for Probe {
 
     serde::forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
-        byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+        byte_buf option unit unit_struct newtype_struct tuple tuple_struct map enum
         identifier ignored_any
+    }
+}
+
+/// A sequence of one element, a `Probe` that stops at its struct.
+struct OneElement {
+    done: bool,
+}
+
+impl<'de> de::SeqAccess<'de> for OneElement {
+    type Error = Stop;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, Stop> {
+        if std::mem::replace(&mut self.done, true) {
+            return Ok(None);
+        }
+        seed.deserialize(Probe { enter: None }).map(Some)
     }
 }
 
@@ -119,11 +146,12 @@ fn doc_keys(doc: &str) -> BTreeSet<(String, String)> {
     let mut section: Option<String> = None;
     for line in doc.lines() {
         if let Some(h) = line.strip_prefix("## ") {
+            // `[section]`, or `[[section]]` for an array of tables
             section = h
                 .trim()
                 .strip_prefix("`[")
                 .and_then(|s| s.strip_suffix("]`"))
-                .map(str::to_string);
+                .map(|s| s.trim_matches(|c| c == '[' || c == ']').to_string());
             continue;
         }
         let Some(sec) = &section else { continue };
