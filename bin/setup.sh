@@ -12,9 +12,12 @@ source "$(dirname "$0")/common.sh"
 PACKAGES="clang libclang-dev protobuf-compiler pkg-config libssl-dev fuse3 libfuse3-dev git sqlite3 ${SETUP_EXTRA:-}"
 command -v javac >/dev/null 2>&1 || PACKAGES="$PACKAGES openjdk-17-jdk-headless"
 command -v mvn >/dev/null 2>&1 || PACKAGES="$PACKAGES maven"
-# chromium, node and npm: the web console's browser test (bin/browser-test.sh)
-command -v chromium >/dev/null 2>&1 || PACKAGES="$PACKAGES chromium"
-command -v npm >/dev/null 2>&1 || PACKAGES="$PACKAGES nodejs npm"
+# chromium, node and npm: the web console's browser test (bin/browser-test.sh), which
+# only the tests need (bin/test.sh sets SETUP_TEST_TOOLS=1)
+if [ "${SETUP_TEST_TOOLS:-0}" = 1 ]; then
+  command -v chromium >/dev/null 2>&1 || PACKAGES="$PACKAGES chromium"
+  command -v npm >/dev/null 2>&1 || PACKAGES="$PACKAGES nodejs npm"
+fi
 
 missing=()
 for p in $PACKAGES; do
