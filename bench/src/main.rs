@@ -3,7 +3,8 @@
 //! `fs.write` writes `--file-num` files of `--file-size` with `--client-threads` writers
 //! and records each file's CRC32C in a manifest beside them; `fs.read` reads them back
 //! and compares (a mismatch is a non-zero exit). `meta` measures create+complete, stat
-//! and delete of empty files. Every figure is printed with the bytes and seconds behind it.
+//! and delete of empty files; `md` does the same with system calls under a local
+//! directory (a FUSE mount, or bindfs to compare with), as mdtest does. Every figure is printed with the bytes and seconds behind it.
 //! I/O buffers start on a page boundary, as fio's and dd's do (see
 //! `curvine_common::aligned` for what an unaligned buffer costs).
 
@@ -26,7 +27,8 @@ use curvine_common::ClusterConf;
 #[command(name = "curvine-bench", about = "Curvine client throughput benchmark")]
 struct Args {
     /// fs.write | fs.read | meta (Rust client), fuse.write | fuse.read (plain file I/O
-    /// under --dir, a directory of a Curvine FUSE mount)
+    /// under --dir, a directory of a Curvine FUSE mount), md (mdtest-like create, stat
+    /// and remove of empty files under --dir, on any file system)
     #[arg(long)]
     action: String,
     /// Curvine directory the files live in.
@@ -103,6 +105,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             require_fuse(&args.dir)?;
             return fuse_read(&args);
         }
+        "md" => return md(&args),
         _ => {}
     }
     let mut conf = ClusterConf::load_default(args.conf.as_deref()).context("load cluster conf")?;
@@ -417,6 +420,68 @@ fn on_threads(
     let mut all: Vec<(usize, u32)> = results.into_iter().flatten().collect();
     all.sort();
     Ok(all)
+}
+
+/// md: like `mdtest -n FILE_NUM` with CLIENT_THREADS processes (threads here: the
+/// kernel sees each as its own caller): every thread creates (open O_CREAT|O_EXCL, close),
+/// then stats, then removes its own FILE_NUM empty files, the phases separated. File i of
+/// thread t is in directory (t + i * CLIENT_THREADS) mod --meta-dirs: one shared
+/// directory, one per thread (as `mdtest -u`), or spread over many.
+fn md(args: &Args) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let base = std::path::Path::new(&args.dir).join("md");
+    if base.exists() {
+        std::fs::remove_dir_all(&base).with_context(|| format!("clear {}", base.display()))?;
+    }
+    let dirs = args.meta_dirs.max(1);
+    for d in 0..dirs {
+        let p = base.join(format!("d{d}"));
+        std::fs::create_dir_all(&p).with_context(|| format!("mkdir {}", p.display()))?;
+    }
+    let (n, threads) = (args.file_num, args.client_threads);
+    // --meta-dirs equal to the threads gives each its own directory (`mdtest -u`)
+    let path = |t: usize, i: usize| {
+        let d = (t + i * threads) % dirs;
+        base.join(format!("d{d}")).join(format!("f{t}.{i}"))
+    };
+    for phase in ["create", "stat", "remove"] {
+        let start = Instant::now();
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let path = &path;
+                    scope.spawn(move || {
+                        for i in 0..n {
+                            let p = path(t, i);
+                            let r = match phase {
+                                "create" => std::fs::OpenOptions::new()
+                                    .write(true)
+                                    .create_new(true)
+                                    .mode(0o644)
+                                    .open(&p)
+                                    .map(drop),
+                                "stat" => std::fs::metadata(&p).map(drop),
+                                _ => std::fs::remove_file(&p),
+                            };
+                            r.with_context(|| format!("{phase} {}", p.display()))?;
+                        }
+                        anyhow::Ok(())
+                    })
+                })
+                .collect();
+            handles.into_iter().try_for_each(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("md thread panicked"))?
+            })
+        })?;
+        let secs = start.elapsed().as_secs_f64();
+        say!(
+            "md.{phase}: {threads} procs x {n} files in {dirs} dirs, {secs:.2} s, {:.0} ops/s",
+            (threads * n) as f64 / secs.max(1e-9)
+        )?;
+    }
+    std::fs::remove_dir_all(&base).with_context(|| format!("clear {}", base.display()))?;
+    Ok(())
 }
 
 /// The fuse.* actions time the mount, so `dir` must be on one: a mount point with
