@@ -258,4 +258,7 @@ impl MasterService for FakeMaster {
     async fn free(&self, _r: Request<FreeRequest>) -> R<FreeResponse> {
         unimplemented()
     }
+    async fn sync_journal(&self, _r: Request<SyncJournalRequest>) -> R<SyncJournalResponse> {
+        Ok(Response::new(SyncJournalResponse {}))
+    }
 }

@@ -52,6 +52,8 @@ pub struct CurvineFs {
     groups: Arc<[u32]>,
     /// Longest path accepted (PATH_MAX - 1, or longer for a mount).
     max_path: usize,
+    /// Mutations are acknowledged before the journal is on disk (`CallerInfo.defer_sync`).
+    defer_sync: bool,
 }
 
 #[allow(unsafe_code)]
@@ -133,6 +135,7 @@ impl CurvineFs {
             gid,
             groups,
             max_path: MAX_PATH_LEN - 1,
+            defer_sync: false,
         }
     }
 
@@ -150,6 +153,19 @@ impl CurvineFs {
             gid,
             groups: groups.into(),
             max_path: self.max_path,
+            defer_sync: self.defer_sync,
+        }
+    }
+
+    /// The same connection with its mutations acknowledged once the master applied
+    /// them, before its journal is on disk (the master syncs it at once; `sync_journal`
+    /// waits for that). Changes survive a crash of the master process either way; only
+    /// a crash of its host may lose the last ones not yet synced. The FUSE mount works
+    /// so, which makes its changes durable at fsync as on a local file system.
+    pub fn deferring_sync(&self, defer: bool) -> CurvineFs {
+        CurvineFs {
+            defer_sync: defer,
+            ..self.clone()
         }
     }
 
@@ -183,6 +199,7 @@ impl CurvineFs {
             client_host: self.inner.conf.client.hostname.clone(),
             client_id: self.inner.client_id,
             groups: self.groups.to_vec(),
+            defer_sync: self.defer_sync,
         }
     }
 
@@ -617,6 +634,21 @@ impl CurvineFs {
     }
 
     /// Cluster capacity and usage, per worker and tier.
+    /// Wait until every namespace change the master made before this call is on disk
+    /// (its journal synced; immediate with `journal.sync = false`). What makes the
+    /// changes of a handle that defers syncs (`deferring_sync`) durable.
+    pub async fn sync_journal(&self) -> FsResult<()> {
+        self.inner
+            .master
+            .call(
+                "sync_journal",
+                CallKind::Idempotent,
+                proto::SyncJournalRequest {},
+            )
+            .await
+            .map(drop)
+    }
+
     pub async fn report(&self) -> FsResult<proto::ReportResponse> {
         self.inner
             .master

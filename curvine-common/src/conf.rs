@@ -368,6 +368,11 @@ pub struct FuseConf {
     /// How long an idle runtime thread polls for the next request before it sleeps
     /// (see [`crate::busy_poll`]); 0 = sleep at once.
     pub busy_poll: Dur,
+    /// Every namespace change through the mount returns only once the master's journal
+    /// holds it on disk (with `journal.sync`). Off: as on a local file system, changes
+    /// are durable once fsync, fdatasync or fsyncdir returns (and the master syncs
+    /// them at once anyway); a crash of the master process loses nothing either way.
+    pub sync_each_call: bool,
 }
 
 impl Default for FuseConf {
@@ -388,6 +393,7 @@ impl Default for FuseConf {
             dirty_mem: ByteSize(1 << 30),
             threads: 0,
             busy_poll: Dur(Duration::from_micros(50)),
+            sync_each_call: false,
         }
     }
 }

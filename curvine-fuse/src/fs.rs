@@ -46,6 +46,9 @@ pub struct MountOptions {
     /// of memory together.
     pub spill_dir: PathBuf,
     pub dirty_mem: u64,
+    /// Every namespace call waits for the master's journal sync (`fuse.sync_each_call`);
+    /// otherwise changes are durable at fsync, fsyncdir and unmount.
+    pub sync_each_call: bool,
 }
 
 type StateRef = Arc<RwLock<FileState>>;
@@ -184,7 +187,7 @@ impl CurvineFuse {
     /// A mount of `opts.fs_path` (which must be a directory) on the cluster `fs`.
     pub async fn new(fs: CurvineFs, opts: MountOptions) -> curvine_common::FsResult<CurvineFuse> {
         // paths below the mount may be longer than PATH_MAX (see `for_mount`)
-        let fs = fs.for_mount();
+        let fs = fs.for_mount().deferring_sync(!opts.sync_each_call);
         let root = fs.stat(&opts.fs_path).await?;
         if attr_kind_is_dir(&root) {
             Ok(CurvineFuse {
@@ -675,6 +678,15 @@ impl CurvineFuse {
         // the kernel holds the old mode
         self.coherence.drop_attrs_now(ino);
         Ok(())
+    }
+
+    /// Wait until every namespace change this mount made is on the master's disk
+    /// (changes are acknowledged before that unless `sync_each_call`).
+    pub(crate) async fn durable(&self) -> Result<()> {
+        self.fs.sync_journal().await.map_err(|e| {
+            warn!(error = %e, "the master's journal sync failed");
+            errno(&e)
+        })
     }
 
     /// Push local changes of `ino` to Curvine.

@@ -39,6 +39,7 @@ impl MountOptions {
             direct_io: c.direct_io,
             spill_dir,
             dirty_mem: c.dirty_mem.0,
+            sync_each_call: c.sync_each_call,
         }
     }
 }

@@ -9,7 +9,7 @@ use curvine_client::{CreateOptions, FileType as CvFileType, FsError, SetAttr as 
 use fuse3::raw::prelude::*;
 use fuse3::{Errno, Inode, Result, Timestamp};
 use futures_util::stream::{self, Stream};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::attr::{empty_attr, errno, kind, ms, permits};
 use crate::fs::{CurvineFuse, HIDDEN_DIR};
@@ -78,6 +78,9 @@ impl Filesystem for CurvineFuse {
     async fn destroy(&self, _req: Request) {
         self.coherence.stop();
         self.flush_all().await;
+        if let Err(err) = self.fs.sync_journal().await {
+            warn!(error = %err, "unmount: the master's journal sync failed");
+        }
     }
 
     async fn lookup(&self, req: Request, parent: Inode, name: &OsStr) -> Result<ReplyEntry> {
@@ -493,7 +496,9 @@ impl Filesystem for CurvineFuse {
     }
 
     async fn fsync(&self, _req: Request, inode: Inode, _fh: u64, _datasync: bool) -> Result<()> {
-        self.flush_ino(inode).await
+        self.flush_ino(inode).await?;
+        // the file's create and every change made through the mount before it
+        self.durable().await
     }
 
     async fn flush(&self, _req: Request, inode: Inode, fh: u64, _lock_owner: u64) -> Result<()> {
@@ -684,7 +689,8 @@ impl Filesystem for CurvineFuse {
         _fh: u64,
         _datasync: bool,
     ) -> Result<()> {
-        Ok(())
+        // the directory's entries, and every other change made through the mount
+        self.durable().await
     }
 
     async fn access(&self, req: Request, inode: Inode, mask: u32) -> Result<()> {

@@ -13,7 +13,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use common::{data, errno_of, sh, sh_as_nobody, shared, test_dir};
+use common::{
+    data, errno_of, is_mounted, sh, sh_as_nobody, shared, spawn_daemon, test_dir, wait_for,
+    write_conf,
+};
 use rand::{Rng, SeedableRng};
 
 fn cpath(p: &Path) -> CString {
@@ -1044,4 +1047,101 @@ fn changes_made_elsewhere_reach_the_kernels_cache() {
         .unwrap();
     assert_eq!(got.len(), longer.len());
     assert_eq!(got, longer);
+}
+
+/// Changes through the mount are acknowledged before the master's journal sync (as a
+/// local file system's are before its journal commit); fsync and fsyncdir wait for it.
+#[test]
+fn fsync_and_fsyncdir_wait_for_the_masters_journal() {
+    use curvine_server::testing::http::{get, metric_sum};
+    let s = shared();
+    let journal_syncs = || {
+        let r =
+            s.rt.block_on(get(s.cluster.master_web_addr(), "/metrics", &[]))
+                .expect("scrape the master");
+        metric_sum(
+            &r.body,
+            "curvine_master_calls_total",
+            &[("method", "SyncJournal"), ("code", "Ok")],
+        )
+    };
+    let (dir, cv) = test_dir("durable");
+    let before = journal_syncs();
+    let mut f = File::create(dir.join("f")).unwrap();
+    f.write_all(b"kept").unwrap();
+    f.sync_all().unwrap();
+    File::open(&dir).unwrap().sync_all().unwrap();
+    // other tests of this binary may sync too: at least these two did
+    assert!(journal_syncs() - before >= 2.0);
+    assert_eq!(curvine_read(&format!("{cv}/f")), b"kept");
+}
+
+/// Two mounts of one cluster: O_CREAT|O_EXCL of the same names from both at once
+/// succeeds exactly once per name, and a file written and closed on one shows its final
+/// size on the other (after the change log's round trip) and at once to the client.
+#[test]
+fn o_excl_is_exclusive_across_two_mounts() {
+    let s = shared();
+    let (dir, cv) = test_dir("two-mounts");
+    let t = tempfile::tempdir().unwrap();
+    let mnt2 = t.path().join("m2");
+    fs::create_dir(&mnt2).unwrap();
+    let conf = t.path().join("second.toml");
+    write_conf(&s.cluster, &conf, "");
+    let mut child = spawn_daemon(&conf, &mnt2, &[]);
+    assert!(
+        wait_for(std::time::Duration::from_secs(20), || is_mounted(&mnt2)),
+        "second mount not ready"
+    );
+    let dir2 = mnt2.join("two-mounts");
+    const NAMES: usize = 200;
+    let wins: Vec<Vec<bool>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = [&dir, &dir2, &dir, &dir2]
+            .into_iter()
+            .map(|d| {
+                sc.spawn(move || {
+                    (0..NAMES)
+                        .map(|i| {
+                            match OpenOptions::new()
+                                .write(true)
+                                .create_new(true)
+                                .open(d.join(format!("x{i}")))
+                            {
+                                Ok(_) => true,
+                                Err(e) if errno_of(&e) == libc::EEXIST => false,
+                                Err(e) => panic!("create x{i} in {}: {e}", d.display()),
+                            }
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for i in 0..NAMES {
+        let n = wins.iter().filter(|w| w[i]).count();
+        assert_eq!(n, 1, "x{i} was created {n} times");
+    }
+    // the second mount looks at the file while it is written on the first
+    let mut f = File::create(dir.join("grows")).unwrap();
+    f.write_all(b"abc").unwrap();
+    let _ = fs::metadata(dir2.join("grows")).unwrap();
+    let body = data(3 << 20, 9);
+    f.write_all(&body).unwrap();
+    drop(f);
+    let want = body.len() as u64 + 3;
+    let st = s.rt.block_on(s.fs.stat(&format!("{cv}/grows"))).unwrap();
+    assert_eq!(st.len, want);
+    assert!(
+        wait_for(std::time::Duration::from_secs(10), || fs::metadata(
+            dir2.join("grows")
+        )
+        .is_ok_and(|m| m.len() == want)),
+        "the second mount never saw the final size"
+    );
+    // SAFETY: a signal to our own child.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    assert!(child.wait().unwrap().success());
 }

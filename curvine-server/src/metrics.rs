@@ -16,38 +16,13 @@ use curvine_common::web::prometheus::{
 };
 use curvine_common::web::register;
 
-/// The master's RPC methods, as named in `curvine.proto`.
-pub const MASTER_METHODS: [&str; 29] = [
-    "Mkdir",
-    "Create",
-    "Append",
-    "AddBlock",
-    "Complete",
-    "Sync",
-    "Abandon",
-    "RenewLease",
-    "GetStatus",
-    "List",
-    "Open",
-    "Rename",
-    "Delete",
-    "SetAttr",
-    "Truncate",
-    "Symlink",
-    "Mknod",
-    "Readlink",
-    "Link",
-    "SetXattr",
-    "GetXattr",
-    "ListXattr",
-    "RemoveXattr",
-    "Report",
-    "RegisterWorker",
-    "Heartbeat",
-    "ReportBlocks",
-    "ReportBadBlock",
-    "Watch",
-];
+macro_rules! method_names {
+    ($($id:literal $name:ident $req:ident $resp:ident $f:ident;)*) => {
+        /// The master's RPC methods, as named in `curvine.proto`.
+        pub const MASTER_METHODS: &[&str] = &[$(stringify!($name)),*];
+    };
+}
+curvine_common::master_methods!(method_names);
 
 const TIERS: [StorageTier; 3] = [StorageTier::Mem, StorageTier::Ssd, StorageTier::Hdd];
 

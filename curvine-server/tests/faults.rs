@@ -476,17 +476,24 @@ async fn seen(fs: &CurvineFs, p: &str) -> Seen {
 /// acknowledged op's effect is present and the op in flight at the kill is all or nothing.
 #[test]
 fn master_kill9_keeps_acknowledged_mutations() {
-    kill9_under_load(true);
+    kill9_under_load(true, false);
+}
+
+/// The same for clients that take acknowledgements before the sync, as a FUSE mount
+/// does (`deferring_sync`): the WAL record is written before the reply.
+#[test]
+fn master_kill9_keeps_mutations_acknowledged_before_their_sync() {
+    kill9_under_load(true, true);
 }
 
 /// The same with `journal.sync = false`: a mutation is acknowledged once its WAL record
 /// is written (not synced), which a process kill cannot undo.
 #[test]
 fn master_kill9_keeps_acknowledged_mutations_without_journal_sync() {
-    kill9_under_load(false);
+    kill9_under_load(false, false);
 }
 
-fn kill9_under_load(journal_sync: bool) {
+fn kill9_under_load(journal_sync: bool, defer_sync: bool) {
     const CLIENTS: usize = 32;
     const ACKED_BEFORE_KILL: usize = 1500;
     let started = std::time::Instant::now();
@@ -533,6 +540,7 @@ fn kill9_under_load(journal_sync: bool) {
         let mut tasks = Vec::new();
         for t in 0..CLIENTS {
             let fs = CurvineFs::connect(conf.clone()).await.unwrap();
+            let fs = fs.deferring_sync(defer_sync);
             tasks.push(tokio::spawn(k9_client(fs, t, acked.clone())));
         }
         // let work get acknowledged by every client, then kill -9 mid-load

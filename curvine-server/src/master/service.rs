@@ -19,10 +19,16 @@ pub struct MasterSvc {
 type Reply<T> = Result<Response<T>, Status>;
 
 impl MasterSvc {
-    /// Acknowledge a mutation only once its write is durable (group commit).
-    async fn durable<T>(&self, r: FsResult<(T, u64)>) -> Result<T, Status> {
+    /// Acknowledge a mutation only once its write is durable (group commit), or at once
+    /// for a caller that defers that (`CallerInfo.defer_sync`: the sync is started
+    /// now, and `SyncJournal` waits for it).
+    async fn durable<T>(&self, c: &Option<CallerInfo>, r: FsResult<(T, u64)>) -> Result<T, Status> {
         let (v, seq) = r?;
-        self.ns.syncer.wait(seq).await?;
+        if c.as_ref().is_some_and(|c| c.defer_sync) {
+            self.ns.syncer.request(seq);
+        } else {
+            self.ns.syncer.wait(seq).await?;
+        }
         Ok(v)
     }
 }
@@ -38,6 +44,7 @@ impl MasterService for MasterSvc {
         let r = req.into_inner();
         let st = self
             .durable(
+                &r.caller,
                 self.ns
                     .mkdir(&r.path, r.parents, r.mode, &caller(&r.caller)),
             )
@@ -48,7 +55,7 @@ impl MasterService for MasterSvc {
     async fn create(&self, req: Request<CreateRequest>) -> Reply<CreateResponse> {
         fault_rpc!("master.Create", &req);
         let r = req.into_inner();
-        let (st, first_block) = self.durable(self.ns.create(&r)).await?;
+        let (st, first_block) = self.durable(&r.caller, self.ns.create(&r)).await?;
         Ok(Response::new(CreateResponse {
             status: Some(st),
             first_block,
@@ -58,7 +65,7 @@ impl MasterService for MasterSvc {
     async fn append(&self, req: Request<AppendRequest>) -> Reply<AppendResponse> {
         fault_rpc!("master.Append", &req);
         let r = req.into_inner();
-        let (st, last) = self.durable(self.ns.append(&r)).await?;
+        let (st, last) = self.durable(&r.caller, self.ns.append(&r)).await?;
         Ok(Response::new(AppendResponse {
             status: Some(st),
             last_block: last,
@@ -68,28 +75,28 @@ impl MasterService for MasterSvc {
     async fn add_block(&self, req: Request<AddBlockRequest>) -> Reply<AddBlockResponse> {
         fault_rpc!("master.AddBlock", &req);
         let r = req.into_inner();
-        let b = self.durable(self.ns.add_block(&r)).await?;
+        let b = self.durable(&r.caller, self.ns.add_block(&r)).await?;
         Ok(Response::new(AddBlockResponse { block: Some(b) }))
     }
 
     async fn complete(&self, req: Request<CompleteRequest>) -> Reply<CompleteResponse> {
         fault_rpc!("master.Complete", &req);
         let r = req.into_inner();
-        let st = self.durable(self.ns.complete(&r)).await?;
+        let st = self.durable(&r.caller, self.ns.complete(&r)).await?;
         Ok(Response::new(CompleteResponse { status: Some(st) }))
     }
 
     async fn sync(&self, req: Request<SyncRequest>) -> Reply<SyncResponse> {
         fault_rpc!("master.Sync", &req);
         let r = req.into_inner();
-        let st = self.durable(self.ns.sync(&r)).await?;
+        let st = self.durable(&None, self.ns.sync(&r)).await?;
         Ok(Response::new(SyncResponse { status: Some(st) }))
     }
 
     async fn mknod(&self, req: Request<MknodRequest>) -> Reply<MknodResponse> {
         fault_rpc!("master.Mknod", &req);
         let r = req.into_inner();
-        let st = self.durable(self.ns.mknod(&r)).await?;
+        let st = self.durable(&r.caller, self.ns.mknod(&r)).await?;
         Ok(Response::new(MknodResponse { status: Some(st) }))
     }
 
@@ -97,7 +104,7 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.Abandon", &req);
         let r = req.into_inner();
         let client = caller(&r.caller).client_id;
-        self.durable(self.ns.abandon(r.file_id, &r.path, Some(client)))
+        self.durable(&r.caller, self.ns.abandon(r.file_id, &r.path, Some(client)))
             .await?;
         Ok(Response::new(AbandonResponse {}))
     }
@@ -144,7 +151,10 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.Rename", &req);
         let r = req.into_inner();
         let time_ms = self
-            .durable(self.ns.rename(&r.src, &r.dst, r.flags, &caller(&r.caller)))
+            .durable(
+                &r.caller,
+                self.ns.rename(&r.src, &r.dst, r.flags, &caller(&r.caller)),
+            )
             .await?;
         Ok(Response::new(RenameResponse { time_ms }))
     }
@@ -153,7 +163,10 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.Delete", &req);
         let r = req.into_inner();
         let at = self
-            .durable(self.ns.delete(&r.path, r.recursive, &caller(&r.caller)))
+            .durable(
+                &r.caller,
+                self.ns.delete(&r.path, r.recursive, &caller(&r.caller)),
+            )
             .await?;
         Ok(Response::new(DeleteResponse {
             deleted: true,
@@ -164,7 +177,7 @@ impl MasterService for MasterSvc {
     async fn set_attr(&self, req: Request<SetAttrRequest>) -> Reply<SetAttrResponse> {
         fault_rpc!("master.SetAttr", &req);
         let r = req.into_inner();
-        let st = self.durable(self.ns.set_attr(&r)).await?;
+        let st = self.durable(&r.caller, self.ns.set_attr(&r)).await?;
         Ok(Response::new(SetAttrResponse { status: Some(st) }))
     }
 
@@ -172,7 +185,10 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.Truncate", &req);
         let r = req.into_inner();
         let st = self
-            .durable(self.ns.truncate(&r.path, r.len, &caller(&r.caller)))
+            .durable(
+                &r.caller,
+                self.ns.truncate(&r.path, r.len, &caller(&r.caller)),
+            )
             .await?;
         Ok(Response::new(TruncateResponse { status: Some(st) }))
     }
@@ -181,7 +197,10 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.Symlink", &req);
         let r = req.into_inner();
         let st = self
-            .durable(self.ns.symlink(&r.target, &r.link, &caller(&r.caller)))
+            .durable(
+                &r.caller,
+                self.ns.symlink(&r.target, &r.link, &caller(&r.caller)),
+            )
             .await?;
         Ok(Response::new(SymlinkResponse { status: Some(st) }))
     }
@@ -197,7 +216,7 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.Link", &req);
         let r = req.into_inner();
         let st = self
-            .durable(self.ns.link(&r.src, &r.dst, &caller(&r.caller)))
+            .durable(&r.caller, self.ns.link(&r.src, &r.dst, &caller(&r.caller)))
             .await?;
         Ok(Response::new(LinkResponse { status: Some(st) }))
     }
@@ -206,6 +225,7 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.SetXattr", &req);
         let r = req.into_inner();
         self.durable(
+            &r.caller,
             self.ns
                 .set_xattr(&r.path, &r.name, &r.value, r.flags, &caller(&r.caller)),
         )
@@ -230,8 +250,11 @@ impl MasterService for MasterSvc {
     async fn remove_xattr(&self, req: Request<RemoveXattrRequest>) -> Reply<RemoveXattrResponse> {
         fault_rpc!("master.RemoveXattr", &req);
         let r = req.into_inner();
-        self.durable(self.ns.remove_xattr(&r.path, &r.name, &caller(&r.caller)))
-            .await?;
+        self.durable(
+            &r.caller,
+            self.ns.remove_xattr(&r.path, &r.name, &caller(&r.caller)),
+        )
+        .await?;
         Ok(Response::new(RemoveXattrResponse {}))
     }
 
@@ -243,7 +266,7 @@ impl MasterService for MasterSvc {
     async fn register_worker(&self, req: Request<RegisterRequest>) -> Reply<RegisterResponse> {
         fault_rpc!("master.RegisterWorker", &req);
         let r = self
-            .durable(self.ns.register_worker(req.into_inner()))
+            .durable(&None, self.ns.register_worker(req.into_inner()))
             .await?;
         Ok(Response::new(r))
     }
@@ -251,14 +274,16 @@ impl MasterService for MasterSvc {
     async fn report_blocks(&self, req: Request<BlockReportPage>) -> Reply<BlockReportPageResponse> {
         fault_rpc!("master.ReportBlocks", &req);
         let r = self
-            .durable(self.ns.report_blocks(req.into_inner()))
+            .durable(&None, self.ns.report_blocks(req.into_inner()))
             .await?;
         Ok(Response::new(r))
     }
 
     async fn heartbeat(&self, req: Request<HeartbeatRequest>) -> Reply<HeartbeatResponse> {
         fault_rpc!("master.Heartbeat", &req);
-        let r = self.durable(self.ns.heartbeat(req.into_inner())).await?;
+        let r = self
+            .durable(&None, self.ns.heartbeat(req.into_inner()))
+            .await?;
         Ok(Response::new(r))
     }
 
@@ -269,7 +294,10 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.ReportBadBlock", &req);
         let r = req.into_inner();
         let removed = self
-            .durable(self.ns.report_bad_block(r.block_id, r.worker_id, &r.reason))
+            .durable(
+                &None,
+                self.ns.report_bad_block(r.block_id, r.worker_id, &r.reason),
+            )
             .await?;
         Ok(Response::new(ReportBadBlockResponse { removed }))
     }
@@ -334,14 +362,21 @@ impl MasterService for MasterSvc {
         let r = req.into_inner();
         let ns = self.ns.clone();
         let c = caller(&r.caller);
+        let who = r.caller.clone();
         let done = tokio::task::spawn_blocking(move || ns.free(&r.path, &c))
             .await
             .map_err(|e| FsError::internal(format!("free: {e}")))?;
-        let (files, blocks, bytes) = self.durable(done).await?;
+        let (files, blocks, bytes) = self.durable(&who, done).await?;
         Ok(Response::new(FreeResponse {
             files,
             blocks,
             bytes,
         }))
+    }
+
+    async fn sync_journal(&self, req: Request<SyncJournalRequest>) -> Reply<SyncJournalResponse> {
+        fault_rpc!("master.SyncJournal", &req);
+        self.ns.syncer.wait(self.ns.syncer.last_written()).await?;
+        Ok(Response::new(SyncJournalResponse {}))
     }
 }

@@ -61,6 +61,24 @@ impl Syncer {
         self.shared.written.fetch_add(1, Ordering::SeqCst) + 1
     }
 
+    /// Sequence of the last write so far.
+    pub fn last_written(&self) -> u64 {
+        self.shared.written.load(Ordering::SeqCst)
+    }
+
+    /// Have the sync thread make the write with sequence `seq` durable, without waiting
+    /// for it (a mutation acknowledged before its sync: `CallerInfo.defer_sync`).
+    pub fn request(&self, seq: u64) {
+        if !self.enabled || seq == 0 || *self.shared.synced.borrow() >= seq {
+            return;
+        }
+        let mut w = self.shared.want.lock().unwrap_or_else(|p| p.into_inner());
+        if w.0 < seq {
+            w.0 = seq;
+            self.shared.cv.notify_one();
+        }
+    }
+
     /// Wait until the write with sequence `seq` is durable (no-op with sync off).
     pub async fn wait(&self, seq: u64) -> FsResult<()> {
         if !self.enabled || seq == 0 {
@@ -70,13 +88,7 @@ impl Syncer {
         if *rx.borrow() >= seq {
             return Ok(());
         }
-        {
-            let mut w = self.shared.want.lock().unwrap_or_else(|p| p.into_inner());
-            if w.0 < seq {
-                w.0 = seq;
-            }
-            self.shared.cv.notify_one();
-        }
+        self.request(seq);
         let failed = &self.shared.failed;
         rx.wait_for(|s| *s >= seq || failed.load(Ordering::SeqCst))
             .await
@@ -139,5 +151,42 @@ fn sync_loop(sh: Arc<Shared>, store: Arc<Store>) {
         if stop {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn store(dir: &std::path::Path) -> Arc<Store> {
+        Arc::new(Store::open(dir, 1 << 20, 1 << 20, 16, 64 << 10).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_requested_sync_happens_with_nobody_waiting() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Syncer::start(store(d.path()), true).unwrap();
+        let seq = s.wrote();
+        assert_eq!(s.last_written(), seq);
+        s.request(seq);
+        let mut rx = s.shared.synced.subscribe();
+        tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|v| *v >= seq))
+            .await
+            .expect("the sync thread synced the requested write")
+            .unwrap();
+        // a waiter for it now returns at once
+        s.wait(seq).await.unwrap();
+        s.stop();
+    }
+
+    #[tokio::test]
+    async fn without_sync_nothing_waits() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Syncer::start(store(d.path()), false).unwrap();
+        let seq = s.wrote();
+        s.request(seq);
+        s.wait(seq).await.unwrap();
     }
 }

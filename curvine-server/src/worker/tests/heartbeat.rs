@@ -84,6 +84,7 @@ impl MasterService for FakeMaster {
         get_mount(GetMountRequest) -> GetMountResponse;
         resync(ResyncRequest) -> ResyncResponse;
         free(FreeRequest) -> FreeResponse;
+        sync_journal(SyncJournalRequest) -> SyncJournalResponse;
     }
 
     async fn register_worker(
