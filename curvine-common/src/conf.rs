@@ -183,6 +183,8 @@ pub struct WorkerConf {
     pub fsync: FsyncPolicy,
     /// Maximum payload bytes in one data frame.
     pub max_frame_size: ByteSize,
+    /// Data-plane connections open at once; past it, new ones wait to be accepted.
+    pub max_connections: usize,
     /// Per-tier overrides of `fsync` (unset = `fsync`).
     pub fsync_mem: Option<FsyncPolicy>,
     pub fsync_ssd: Option<FsyncPolicy>,
@@ -229,6 +231,7 @@ impl Default for WorkerConf {
             heartbeat_interval: Dur(Duration::from_secs(3)),
             fsync: FsyncPolicy::None,
             max_frame_size: ByteSize(4 << 20),
+            max_connections: 4096,
             fsync_mem: None,
             fsync_ssd: None,
             fsync_hdd: None,

@@ -12,6 +12,7 @@ pub mod path;
 pub mod report;
 pub mod rpc;
 pub mod rpc_server;
+pub mod tasks;
 pub mod types;
 pub mod web;
 

@@ -3,7 +3,8 @@
 
 use serde_json::{json, Value};
 
-use crate::proto::{ReportResponse, StorageTier, TierReport, WorkerReport};
+use crate::proto::{ReportResponse, StorageTier, TaskReport, TierReport, WorkerReport};
+use crate::tasks::state_name;
 
 fn tier_name(t: i32) -> &'static str {
     StorageTier::try_from(t)
@@ -21,6 +22,19 @@ fn tier_json(t: &TierReport) -> Value {
     })
 }
 
+/// One background task (`curvine_common::tasks`).
+pub fn task_json(t: &TaskReport) -> Value {
+    json!({
+        "name": t.name,
+        "state": state_name(t.state),
+        "detail": t.detail,
+        "since_ms": t.since_ms,
+        "runs": t.runs,
+        "errors": t.errors,
+        "last_error": t.last_error,
+    })
+}
+
 fn worker_json(w: &WorkerReport) -> Value {
     let a = w.address.clone().unwrap_or_default();
     json!({
@@ -32,6 +46,7 @@ fn worker_json(w: &WorkerReport) -> Value {
         "copies_in_flight": w.copies_in_flight,
         "blocks": w.tiers.iter().map(|t| t.blocks).sum::<u64>(),
         "tiers": w.tiers.iter().map(tier_json).collect::<Vec<_>>(),
+        "tasks": w.tasks.iter().map(task_json).collect::<Vec<_>>(),
     })
 }
 
@@ -86,5 +101,6 @@ pub fn report_json(r: &ReportResponse) -> Value {
         "workers_live": live,
         "workers_lost": r.workers.len() - live,
         "workers": r.workers.iter().map(worker_json).collect::<Vec<_>>(),
+        "tasks": r.tasks.iter().map(task_json).collect::<Vec<_>>(),
     })
 }

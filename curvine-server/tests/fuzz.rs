@@ -380,6 +380,7 @@ fn any_call() -> impl Strategy<Value = Call> {
                     bad_blocks: vec![],
                     scrubbed_bytes,
                     tiers: vec![],
+                    tasks: vec![],
                 })
             }),
         (

@@ -290,6 +290,49 @@ fn report_shows_worker_tiers() {
     });
 }
 
+/// Every background loop is a named task in the report: the master's, and each
+/// worker's as of its last heartbeat.
+#[test]
+fn report_lists_the_background_tasks() {
+    run(1, |s| async move {
+        use curvine_common::tasks::state_name;
+        let names = |t: &[curvine_common::proto::TaskReport]| {
+            t.iter().map(|t| t.name.clone()).collect::<Vec<_>>()
+        };
+        let r = s.fs.report().await.unwrap();
+        assert_eq!(
+            names(&r.tasks),
+            [
+                "journal_sync",
+                "lease_expiry",
+                "lost_workers",
+                "replication"
+            ]
+        );
+        assert!(r.tasks.iter().all(|t| state_name(t.state) != "stopped"));
+        curvine_server::testing::wait_until(std::time::Duration::from_secs(20), || async {
+            let r = s.fs.report().await.unwrap();
+            let have = names(&r.workers[0].tasks);
+            ["data_server", "eviction", "heartbeat", "scrubber", "web"]
+                .iter()
+                .all(|n| have.iter().any(|h| h == n))
+        })
+        .await
+        .expect("the worker reports its tasks");
+        // the lease task has run by now, and none failed
+        curvine_server::testing::wait_until(std::time::Duration::from_secs(20), || async {
+            let r = s.fs.report().await.unwrap();
+            r.tasks
+                .iter()
+                .any(|t| t.name == "lease_expiry" && t.runs > 0)
+        })
+        .await
+        .expect("lease expiry ran");
+        let r = s.fs.report().await.unwrap();
+        assert!(r.tasks.iter().all(|t| t.errors == 0), "{:?}", r.tasks);
+    });
+}
+
 #[test]
 fn the_change_log_tells_one_client_what_another_changed() {
     run(1, |s| async move {

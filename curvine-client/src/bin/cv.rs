@@ -680,6 +680,10 @@ async fn report(fs: &CurvineFs) -> anyhow::Result<()> {
         r.copies_failed,
         r.bad_replicas
     )?;
+    writeln!(out, "master tasks:")?;
+    for t in &r.tasks {
+        writeln!(out, "  {}", task_line(t))?;
+    }
     let live = r.workers.iter().filter(|w| w.alive).count();
     writeln!(
         out,
@@ -718,12 +722,29 @@ async fn report(fs: &CurvineFs) -> anyhow::Result<()> {
                 t.dir
             )?;
         }
+        for t in &w.tasks {
+            writeln!(out, "    task {}", task_line(t))?;
+        }
     }
     out.flush()?;
     if r.workers.is_empty() {
         bail!("no workers registered");
     }
     Ok(())
+}
+
+/// `name state [what it does | last error]  runs N, errors M`.
+fn task_line(t: &curvine_common::proto::TaskReport) -> String {
+    let state = curvine_common::tasks::state_name(t.state);
+    let what = match state {
+        "busy" => format!(" ({})", t.detail),
+        "error" => format!(" ({})", t.last_error),
+        _ => String::new(),
+    };
+    format!(
+        "{:<14} {state}{what}  runs {}, errors {}",
+        t.name, t.runs, t.errors
+    )
 }
 
 fn parse_mode(s: &str) -> anyhow::Result<u32> {

@@ -45,8 +45,7 @@ use curvine_common::proto::master_service_server::MasterServiceServer;
 use curvine_common::{ClusterConf, FsError, FsResult};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-use tracing::{error, info, warn, Instrument};
+use tracing::{error, info, warn};
 
 pub use attrs::{XATTR_CREATE, XATTR_REPLACE};
 pub use namespace::Namespace;
@@ -99,21 +98,37 @@ pub async fn run_with_web(
         });
     }
 
-    let tasks = TaskTracker::new();
-    let bg = cancel.child_token();
-    tasks.spawn(
-        lease_loop(ns.clone(), conf.master.lease_timeout.0, bg.clone())
-            .instrument(tracing::info_span!("lease_expiry")),
-    );
-    tasks.spawn(
-        lost_worker_loop(ns.clone(), lost_timeout, bg.clone())
-            .instrument(tracing::info_span!("lost_workers")),
-    );
-    tasks.spawn(
-        replication::replication_loop(ns.clone(), conf.master.replication_interval.0, bg.clone())
-            .instrument(tracing::info_span!("replication")),
-    );
-    tasks.close();
+    {
+        let n = ns.clone();
+        ns.tasks.every(
+            "lease_expiry",
+            tick(conf.master.lease_timeout.0),
+            "remove or complete files of writers gone silent",
+            move || {
+                let n = n.clone();
+                async move { n.expire_leases().map(drop) }
+            },
+        );
+        let n = ns.clone();
+        ns.tasks.every(
+            "lost_workers",
+            tick(lost_timeout),
+            "look for workers without a recent heartbeat",
+            move || {
+                let n = n.clone();
+                async move {
+                    if n.workers.detect_lost() > 0 {
+                        n.repl.wake();
+                    }
+                    FsResult::Ok(())
+                }
+            },
+        );
+        let (n, every) = (ns.clone(), conf.master.replication_interval.0);
+        ns.tasks.spawn("replication", move |t| {
+            replication::replication_loop(n, every, t)
+        });
+    }
 
     let serving = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let web = web.map(|l| {
@@ -163,8 +178,7 @@ pub async fn run_with_web(
             warn!(socket = %path.display(), error = %e, "cannot remove the master's local socket");
         }
     }
-    bg.cancel();
-    tasks.wait().await;
+    ns.tasks.shutdown(TASKS_STOP_DEADLINE).await;
     ns.syncer.stop();
     // Connection tasks may still hold the service for a moment; RocksDB must be closed
     // before we return so the same meta_dir can be reopened in this process.
@@ -184,32 +198,9 @@ pub async fn run_with_web(
     })
 }
 
+/// How long the background tasks get to stop at shutdown.
+const TASKS_STOP_DEADLINE: Duration = Duration::from_secs(10);
+
 fn tick(timeout: Duration) -> Duration {
     (timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
-}
-
-async fn lease_loop(ns: Arc<Namespace>, timeout: Duration, cancel: CancellationToken) {
-    let mut every = tokio::time::interval(tick(timeout));
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = every.tick() => {}
-        }
-        if let Err(e) = ns.expire_leases() {
-            warn!(error = %e, "lease expiry failed");
-        }
-    }
-}
-
-async fn lost_worker_loop(ns: Arc<Namespace>, timeout: Duration, cancel: CancellationToken) {
-    let mut every = tokio::time::interval(tick(timeout));
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = every.tick() => {}
-        }
-        if ns.workers.detect_lost() > 0 {
-            ns.repl.wake();
-        }
-    }
 }

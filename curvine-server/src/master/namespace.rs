@@ -41,6 +41,8 @@ pub struct Namespace {
     pub(super) changes: ChangeLog,
     /// Under-store mounts and their operators.
     pub(super) mounts: super::mounts::Mounts,
+    /// The master's background tasks (started by `master::run`, listed by `report`).
+    pub(super) tasks: curvine_common::tasks::Tasks,
 }
 
 /// Read access shared by the store (lock-free reads) and a transaction (its own
@@ -458,7 +460,8 @@ impl Namespace {
             .meta(store::META_CLUSTER_ID)?
             .map(|v| String::from_utf8_lossy(&v).into_owned())
             .unwrap_or_default();
-        let syncer = Syncer::start(store.clone(), sync)?;
+        let tasks = curvine_common::tasks::Tasks::new(&Default::default());
+        let syncer = Syncer::start(store.clone(), sync, &tasks)?;
         let mounts = super::mounts::Mounts::load(&store)?;
         let ns = Namespace {
             store,
@@ -471,6 +474,7 @@ impl Namespace {
             repl: Default::default(),
             changes: ChangeLog::new(KEPT_CHANGES, KEPT_BYTES, FOLLOW_GRACE),
             mounts,
+            tasks,
         };
         ns.workers.load(&ns.store)?;
         // Writers of files open before the restart get a fresh lease to continue.

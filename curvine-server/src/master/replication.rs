@@ -324,23 +324,30 @@ impl Namespace {
 pub(super) async fn replication_loop(
     ns: std::sync::Arc<Namespace>,
     interval: Duration,
-    cancel: tokio_util::sync::CancellationToken,
+    task: curvine_common::tasks::Task,
 ) {
     let interval = interval.max(Duration::from_millis(10));
     loop {
         let kicked = tokio::select! {
-            _ = cancel.cancelled() => return,
+            _ = task.cancelled() => return,
             _ = tokio::time::sleep(interval) => false,
             _ = ns.repl.kick.notified() => true,
         };
         if !kicked && !ns.repl.needs_scan() {
             continue;
         }
+        task.busy("scan for blocks below their replica count");
         let n = ns.clone();
         match tokio::task::spawn_blocking(move || n.replication_scan()).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => warn!(error = %e, "re-replication scan failed"),
-            Err(e) => warn!(error = %e, "re-replication scan panicked"),
+            Ok(Ok(_)) => task.idle(),
+            Ok(Err(e)) => {
+                warn!(error = %e, "re-replication scan failed");
+                task.failed(&e);
+            }
+            Err(e) => {
+                warn!(error = %e, "re-replication scan panicked");
+                task.failed(&e);
+            }
         }
     }
 }

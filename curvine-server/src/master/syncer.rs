@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
+use curvine_common::tasks::{Task, Tasks};
 use curvine_common::{FsError, FsResult};
 use tokio::sync::watch;
 use tracing::error;
@@ -29,7 +30,8 @@ pub struct Syncer {
 }
 
 impl Syncer {
-    pub fn start(store: Arc<Store>, enabled: bool) -> FsResult<Syncer> {
+    /// Start the sync thread (with `enabled`), listed among `tasks` as `journal_sync`.
+    pub fn start(store: Arc<Store>, enabled: bool, tasks: &Tasks) -> FsResult<Syncer> {
         let (tx, _) = watch::channel(0u64);
         let shared = Arc::new(Shared {
             written: AtomicU64::new(0),
@@ -40,10 +42,11 @@ impl Syncer {
         });
         let thread = if enabled {
             let sh = shared.clone();
+            let task = tasks.register("journal_sync");
             Some(
                 std::thread::Builder::new()
                     .name("master-wal-sync".into())
-                    .spawn(move || sync_loop(sh, store))
+                    .spawn(move || sync_loop(sh, store, task))
                     .map_err(|e| FsError::internal(format!("spawn WAL sync thread: {e}")))?,
             )
         } else {
@@ -124,7 +127,7 @@ impl Drop for Syncer {
     }
 }
 
-fn sync_loop(sh: Arc<Shared>, store: Arc<Store>) {
+fn sync_loop(sh: Arc<Shared>, store: Arc<Store>, task: Task) {
     loop {
         let stop = {
             let mut w = sh.want.lock().unwrap_or_else(|p| p.into_inner());
@@ -135,15 +138,18 @@ fn sync_loop(sh: Arc<Shared>, store: Arc<Store>) {
         };
         let target = sh.written.load(Ordering::SeqCst);
         let started = std::time::Instant::now();
+        task.busy("fsync the metadata WAL");
         match store.sync_wal() {
             Ok(()) => {
                 crate::metrics::master()
                     .journal_sync
                     .observe(started.elapsed().as_secs_f64());
                 sh.synced.send_replace(target);
+                task.idle();
             }
             Err(e) => {
                 error!(error = %e, "metadata WAL sync failed");
+                task.failed(&e);
                 sh.failed.store(true, Ordering::SeqCst);
                 sh.synced.send_modify(|_| {});
             }
@@ -167,7 +173,7 @@ mod tests {
     #[tokio::test]
     async fn a_requested_sync_happens_with_nobody_waiting() {
         let d = tempfile::tempdir().unwrap();
-        let s = Syncer::start(store(d.path()), true).unwrap();
+        let s = Syncer::start(store(d.path()), true, &Tasks::new(&Default::default())).unwrap();
         let seq = s.wrote();
         assert_eq!(s.last_written(), seq);
         s.request(seq);
@@ -184,7 +190,7 @@ mod tests {
     #[tokio::test]
     async fn without_sync_nothing_waits() {
         let d = tempfile::tempdir().unwrap();
-        let s = Syncer::start(store(d.path()), false).unwrap();
+        let s = Syncer::start(store(d.path()), false, &Tasks::new(&Default::default())).unwrap();
         let seq = s.wrote();
         s.request(seq);
         s.wait(seq).await.unwrap();

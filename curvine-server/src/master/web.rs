@@ -457,6 +457,8 @@ async fn overview_page(State(c): State<Arc<Console>>) -> Response {
         num("workers_live", live),
         num("workers_lost", r.workers.len() as u64 - live),
     );
+    b.push_str("<h2>Background tasks</h2>");
+    tasks_table(&mut b, "tasks", &r.tasks);
     page("Overview", &b).into_response()
 }
 
@@ -514,7 +516,45 @@ async fn workers_page(State(c): State<Arc<Console>>) -> Response {
         }
     }
     b.push_str("</table>");
+    for w in &r.workers {
+        let a = w.address.clone().unwrap_or_default();
+        let _ = write!(
+            b,
+            "<h2>Tasks of worker {} ({})</h2>",
+            a.worker_id,
+            esc(&format!("{}:{}", a.host, a.data_port))
+        );
+        tasks_table(&mut b, &format!("tasks-{}", a.worker_id), &w.tasks);
+    }
     page("Workers", &b).into_response()
+}
+
+/// Background tasks (`curvine_common::tasks`): name, state, what it does or its last
+/// error, rounds and failures.
+fn tasks_table(b: &mut String, id: &str, tasks: &[curvine_common::proto::TaskReport]) {
+    let _ = write!(
+        b,
+        "<table id=\"{id}\"><tr><th>Task</th><th>State</th><th>Doing / last error</th>\
+         <th>Runs</th><th>Errors</th></tr>"
+    );
+    for t in tasks {
+        let state = curvine_common::tasks::state_name(t.state);
+        let what = if state == "busy" {
+            &t.detail
+        } else {
+            &t.last_error
+        };
+        let _ = write!(
+            b,
+            "<tr data-task=\"{name}\"><td>{name}</td><td class=\"{state}\">{state}</td>\
+             <td>{what}</td>{}{}</tr>",
+            num("runs", t.runs),
+            num("errors", t.errors),
+            name = esc(&t.name),
+            what = esc(what),
+        );
+    }
+    b.push_str("</table>");
 }
 
 fn breadcrumb(path: &str) -> String {

@@ -41,6 +41,8 @@ pub(super) struct WorkerState {
     /// Blocks allocated here since the last heartbeat: (tier, bytes in `reserved`).
     pub reserved_blocks: HashMap<u64, (i32, u64)>,
     pub scrubbed_bytes: u64,
+    /// Its background tasks, as of its last heartbeat.
+    pub tasks: Vec<curvine_common::proto::TaskReport>,
     /// Liveness as last logged by the lost-worker detector.
     pub was_alive: bool,
 }
@@ -277,6 +279,7 @@ impl Workers {
                 last_heartbeat_ms: w.last_heartbeat_ms,
                 scrubbed_bytes: w.scrubbed_bytes,
                 copies_in_flight: 0,
+                tasks: w.tasks.clone(),
             })
             .collect();
         v.sort_by_key(|r| r.address.as_ref().map(|a| a.worker_id));
@@ -299,6 +302,7 @@ fn new_state(id: u32, mut address: WorkerAddress) -> WorkerState {
         pending_copies: Vec::new(),
         reserved_blocks: HashMap::new(),
         scrubbed_bytes: 0,
+        tasks: Vec::new(),
         was_alive: false,
     }
 }
@@ -530,6 +534,9 @@ impl Namespace {
         w.reserved_blocks.clear();
         w.pending_deletes.extend(stale);
         w.scrubbed_bytes = req.scrubbed_bytes;
+        if !req.tasks.is_empty() {
+            w.tasks = req.tasks;
+        }
         let delete_blocks = std::mem::take(&mut w.pending_deletes);
         // this report shows the deletions sent last time; those sent now show next time
         w.freeing_sent = std::mem::take(&mut w.freeing);

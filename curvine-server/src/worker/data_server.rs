@@ -10,11 +10,12 @@ use std::time::Duration;
 use bytes::BytesMut;
 use curvine_common::frame::{error_header, read_frame, write_frame};
 use curvine_common::proto::{DataHeader, DataOp};
+use curvine_common::tasks::Task;
 use curvine_common::{FsError, FsResult};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
@@ -70,16 +71,39 @@ impl Conn {
     }
 }
 
-/// Accept connections until `cancel` fires; connection tasks go on `tracker`.
-pub async fn serve(
-    ctx: Arc<DataCtx>,
-    listener: TcpListener,
-    cancel: CancellationToken,
-    tracker: TaskTracker,
-) {
+/// Accept connections until `task` is stopped, at most `max_connections` open at once
+/// (`worker.max_connections`): past it, the next accept waits for a connection to
+/// close (the kernel's backlog holds the callers meanwhile). Returns once every
+/// connection ended.
+pub async fn serve(ctx: Arc<DataCtx>, listener: TcpListener, task: Task, max_connections: usize) {
+    let max = max_connections.max(1);
+    let slots = Arc::new(Semaphore::new(max));
+    let conns = TaskTracker::new();
+    let cancel = task.token();
     loop {
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(s) => s,
+            Err(_) => {
+                warn!(
+                    max,
+                    "data-plane connection limit reached; new connections wait"
+                );
+                task.busy(format!(
+                    "{max} connections open (worker.max_connections); new ones wait"
+                ));
+                let s = tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    s = slots.clone().acquire_owned() => s,
+                };
+                task.idle();
+                match s {
+                    Ok(s) => s,
+                    Err(_) => break,
+                }
+            }
+        };
         let accepted = tokio::select! {
-            _ = cancel.cancelled() => return,
+            _ = cancel.cancelled() => break,
             r = listener.accept() => r,
         };
         match accepted {
@@ -87,7 +111,8 @@ pub async fn serve(
                 curvine_common::busy_poll::watch(&stream);
                 let ctx = ctx.clone();
                 let cancel = cancel.clone();
-                tracker.spawn(async move {
+                conns.spawn(async move {
+                    let _slot = slot;
                     tokio::select! {
                         _ = cancel.cancelled() => {}
                         _ = handle_conn(ctx, stream, peer) => {}
@@ -97,13 +122,15 @@ pub async fn serve(
             Err(e) => {
                 // e.g. EMFILE: back off briefly instead of spinning
                 warn!(error = %e, "accept failed");
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                task.failed(&e);
+                if !task.sleep(Duration::from_millis(50)).await {
+                    break;
                 }
             }
         }
     }
+    conns.close();
+    conns.wait().await;
 }
 
 async fn handle_conn(ctx: Arc<DataCtx>, stream: TcpStream, peer: SocketAddr) {

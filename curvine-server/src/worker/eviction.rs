@@ -7,11 +7,11 @@
 //! lock, renames them into that tier's `blocks/` and repoints the index; the source is
 //! deleted afterwards. Readers that already opened the old file keep reading it.
 
+use curvine_common::tasks::Task;
 use std::fs;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use curvine_common::FsResult;
@@ -287,16 +287,21 @@ fn pick_victim(g: &mut super::block_store::Inner, idx: usize) -> FsResult<Option
 }
 
 /// Background eviction: runs a pass when woken after a commit, or every second.
-pub async fn run_evictor(store: Arc<BlockStore>, cancel: CancellationToken) {
+pub async fn run_evictor(store: Arc<BlockStore>, task: Task) {
     loop {
         tokio::select! {
-            _ = cancel.cancelled() => return,
+            _ = task.cancelled() => return,
             _ = store.evict_wakeup.notified() => {}
             _ = tokio::time::sleep(EVICT_POLL) => {}
         }
+        task.busy("move or drop blocks of tiers above their high watermark");
         let s = store.clone();
-        if let Err(e) = tokio::task::spawn_blocking(move || s.evict_once()).await {
-            warn!(error = %e, "eviction pass panicked");
+        match tokio::task::spawn_blocking(move || s.evict_once()).await {
+            Ok(_) => task.idle(),
+            Err(e) => {
+                warn!(error = %e, "eviction pass panicked");
+                task.failed(&e);
+            }
         }
     }
 }

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use curvine_common::proto::master_service_client::MasterServiceClient;
 use curvine_common::proto::{BlockReportPage, HeartbeatRequest, RegisterRequest, WorkerAddress};
+use curvine_common::tasks::{Task, Tasks};
 use curvine_common::{FsError, FsResult};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -127,11 +128,14 @@ struct Session {
     client: Option<MasterServiceClient<Channel>>,
     worker_id: u32,
     cluster_id: String,
+    /// This worker's background tasks, reported with each heartbeat.
+    all: Option<Tasks>,
 }
 
 /// Run until `cancel` fires.
 pub async fn run_heartbeat(conf: HeartbeatConf, store: Arc<BlockStore>, cancel: CancellationToken) {
-    run_heartbeat_with(conf, store, None, cancel).await
+    let task = Tasks::new(&cancel).register("heartbeat");
+    run_heartbeat_with(conf, store, None, task, None).await
 }
 
 /// Like `run_heartbeat`, also running the master's copy commands (re-replication) and
@@ -140,8 +144,10 @@ pub async fn run_heartbeat_with(
     conf: HeartbeatConf,
     store: Arc<BlockStore>,
     copy: Option<CopyCtx>,
-    cancel: CancellationToken,
+    task: Task,
+    all: Option<Tasks>,
 ) {
+    let cancel = task.token();
     let dirs = store.dirs();
     let mut s = Session {
         worker_id: layout::read_worker_id(&dirs),
@@ -152,14 +158,15 @@ pub async fn run_heartbeat_with(
         copies: TaskTracker::new(),
         cancel: cancel.clone(),
         client: None,
+        all,
     };
-    heartbeat_loop(&mut s, &cancel).await;
+    heartbeat_loop(&mut s, &task).await;
     s.store.early_heartbeat.set_registered(None);
     s.copies.close();
     s.copies.wait().await;
 }
 
-async fn heartbeat_loop(s: &mut Session, cancel: &CancellationToken) {
+async fn heartbeat_loop(s: &mut Session, task: &Task) {
     let mut registered = false;
     let retry_wait = s.conf.interval.min(MAX_RETRY_WAIT);
     let store = s.store.clone();
@@ -167,13 +174,19 @@ async fn heartbeat_loop(s: &mut Session, cancel: &CancellationToken) {
     loop {
         let wait = if !registered {
             early.set_registered(None);
+            task.busy(format!(
+                "register with the master at {}",
+                s.conf.master_addr
+            ));
             match s.register().await {
                 Ok(()) => {
+                    task.idle();
                     registered = true;
                     early.set_registered(Some(s.conf.interval));
                     s.conf.interval
                 }
                 Err(e) => {
+                    task.failed(&e);
                     warn!(master = %s.conf.master_addr, error = %e, "register with the master failed, retrying");
                     s.client = None;
                     retry_wait
@@ -181,10 +194,15 @@ async fn heartbeat_loop(s: &mut Session, cancel: &CancellationToken) {
             }
         } else {
             let upto = early.asked();
+            task.busy("heartbeat");
             let sent = s.heartbeat().await;
             // answered also when it failed: waiters go on and evict rather than wait on
             // a master that does not answer
             early.answered(upto);
+            match &sent {
+                Ok(_) => task.idle(),
+                Err(e) => task.failed(e),
+            }
             match sent {
                 Ok(true) => s.conf.interval,
                 Ok(false) => {
@@ -204,7 +222,7 @@ async fn heartbeat_loop(s: &mut Session, cancel: &CancellationToken) {
             }
         };
         tokio::select! {
-            _ = cancel.cancelled() => return,
+            _ = task.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
             _ = early.wake.notified(), if registered => {}
         }
@@ -336,6 +354,7 @@ impl Session {
             copy_results: copy_results.clone(),
             bad_blocks: bad_blocks.clone(),
             scrubbed_bytes: self.copy.as_ref().map_or(0, |c| scrubbed(&c.bg)),
+            tasks: self.all.as_ref().map(Tasks::report).unwrap_or_default(),
         };
         let resp = match client.heartbeat(self.request(req)?).await {
             Ok(r) => r.into_inner(),

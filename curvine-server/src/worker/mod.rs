@@ -31,11 +31,14 @@ use std::sync::Arc;
 
 use curvine_common::conf::FsyncPolicy;
 use curvine_common::proto::{StorageTier, WorkerAddress};
+use curvine_common::tasks::Tasks;
 use curvine_common::{ClusterConf, FsError, FsResult};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::info;
+
+/// How long the background tasks get to stop at shutdown.
+const TASKS_STOP_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub use block_store::{BlockStore, StoreConf};
 pub use layout::block_path;
@@ -129,36 +132,28 @@ pub async fn run_with_web(
         interval: conf.worker.scrub_interval.get(),
     };
     info!(%worker, master = %conf.master_addr(), "worker starting");
-    let tracker = TaskTracker::new();
+    let tasks = Tasks::new(&cancel);
     if let Some(l) = web {
         let app = web::app(&conf, &store);
-        let served = curvine_common::web::spawn(l, app, cancel.child_token());
-        tracker.spawn(async move {
+        let served = curvine_common::web::spawn(l, app, tasks.token());
+        tasks.spawn("web", |_| async move {
             let _ = served.await;
         });
     }
-    tracker.spawn(data_server::serve(
-        ctx,
-        listener,
-        cancel.clone(),
-        tracker.clone(),
-    ));
-    tracker.spawn(heartbeat::run_heartbeat_with(
-        hb,
-        store.clone(),
-        Some(copy),
-        cancel.clone(),
-    ));
-    tracker.spawn(scrubber::run_scrubber(
-        store.clone(),
-        bg,
-        scrub,
-        cancel.clone(),
-    ));
-    tracker.spawn(eviction::run_evictor(store, cancel.clone()));
+    let limit = conf.worker.max_connections;
+    tasks.spawn("data_server", move |t| {
+        data_server::serve(ctx, listener, t, limit)
+    });
+    let all = tasks.clone();
+    let s = store.clone();
+    tasks.spawn("heartbeat", move |t| {
+        heartbeat::run_heartbeat_with(hb, s, Some(copy), t, Some(all))
+    });
+    let s = store.clone();
+    tasks.spawn("scrubber", move |t| scrubber::run_scrubber(s, bg, scrub, t));
+    tasks.spawn("eviction", move |t| eviction::run_evictor(store, t));
     cancel.cancelled().await;
-    tracker.close();
-    tracker.wait().await;
+    tasks.shutdown(TASKS_STOP_DEADLINE).await;
     info!(%worker, "worker stopped");
     Ok(())
 }

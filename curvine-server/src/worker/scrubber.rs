@@ -4,6 +4,7 @@
 //! reported as removed) and named in the next heartbeat's `bad_blocks`; the master then
 //! re-replicates it from a good replica.
 
+use curvine_common::tasks::Task;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -41,14 +42,24 @@ pub async fn run_scrubber(
     store: Arc<BlockStore>,
     bg: Arc<Background>,
     conf: ScrubConf,
-    cancel: CancellationToken,
+    task: Task,
 ) {
     if conf.rate == 0 {
         return;
     }
+    let cancel = task.token();
     loop {
         let started = Instant::now();
-        match scrub_pass(&store, &bg, conf.rate, &cancel).await {
+        task.busy(format!(
+            "verify every block's CRC32C at {} bytes/s",
+            conf.rate
+        ));
+        let pass = scrub_pass(&store, &bg, conf.rate, &cancel).await;
+        match &pass {
+            Ok(_) => task.idle(),
+            Err(e) => task.failed(e),
+        }
+        match pass {
             Ok(s) => {
                 let secs = started.elapsed().as_secs_f64().max(1e-9);
                 info!(
@@ -61,9 +72,11 @@ pub async fn run_scrubber(
             }
             Err(e) => warn!(error = %e, "scrub pass failed"),
         }
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(conf.interval.max(Duration::from_millis(10))) => {}
+        if !task
+            .sleep(conf.interval.max(Duration::from_millis(10)))
+            .await
+        {
+            return;
         }
     }
 }

@@ -99,6 +99,11 @@ async function main() {
       check(`overview ${t.tier} capacity and used = cv report`,
         cap && used && Number(cap.value) === t.capacity && Number(used.value) === t.used);
     }
+    const taskNames = async (scope) =>
+      page.$$eval(`${scope} tr[data-task]`, (els) => els.map((e) => e.getAttribute('data-task')));
+    check('overview lists the master tasks of cv report',
+      JSON.stringify(await taskNames('#tasks')) === JSON.stringify(report.tasks.map((t) => t.name)),
+      JSON.stringify(report.tasks.map((t) => t.name)));
     await shot('overview');
 
     // workers: one row group per worker, its numbers
@@ -113,6 +118,10 @@ async function main() {
       const caps = (await cells(page, scope, 'tier.capacity')).map((c) => Number(c.value));
       check(`worker ${w.id} tier capacities = cv report`,
         JSON.stringify(caps) === JSON.stringify(w.tiers.map((t) => t.capacity)));
+      const names = await taskNames(`#tasks-${w.id}`);
+      check(`worker ${w.id} tasks = cv report`,
+        names.length > 0 && JSON.stringify(names) === JSON.stringify(w.tasks.map((t) => t.name)),
+        JSON.stringify(names));
     }
     await shot('workers');
 

@@ -339,3 +339,37 @@ async fn abort_releases_the_reservation_and_keeps_the_connection() {
     assert!(staging_empty(tmp.path()));
     srv.stop().await;
 }
+
+/// Past `worker.max_connections` the accept loop waits (and says so in its task state)
+/// until a connection closes; then the next caller is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_limit_wait_for_one_to_close() {
+    use curvine_common::tasks::state_name;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut conf = conf_with(tmp.path(), &["MEM:16MB"]);
+    conf.worker.max_connections = 2;
+    let srv = TestServer::start(&conf).await;
+    let at_limit = |want: bool| {
+        let t = srv.task.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            while (state_name(t.report().state) == "busy") != want {
+                assert!(tokio::time::Instant::now() < deadline, "{:?}", t.report());
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    let mut a = connect(srv.addr).await;
+    let b = connect(srv.addr).await;
+    at_limit(true).await;
+    // the third waits in the backlog; a closed connection lets it in
+    let mut c = connect(srv.addr).await;
+    drop(b);
+    let data = pattern(3 * CS + 1, 3);
+    write_on(&mut c, 1, &data, CS, data.len() as u64, "")
+        .await
+        .unwrap();
+    assert_eq!(read_on(&mut a, 1, 0, 0).await.unwrap().1, data);
+    at_limit(true).await;
+    srv.stop().await;
+}

@@ -16,10 +16,10 @@ use bytes::BytesMut;
 use curvine_common::checksum::{chunk_crcs, verify_chunks};
 use curvine_common::frame::{check_error, header, read_frame, write_frame};
 use curvine_common::proto::{DataHeader, DataOp, StorageTier};
+use curvine_common::tasks::{Task, Tasks};
 use curvine_common::{ClusterConf, FsError, FsResult};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use super::block_store::BlockStore;
 use super::data_server::{serve, DataCtx};
@@ -42,8 +42,9 @@ pub fn conf_with(root: &Path, tiers: &[&str]) -> ClusterConf {
 pub struct TestServer {
     pub addr: SocketAddr,
     pub store: Arc<BlockStore>,
-    cancel: CancellationToken,
-    tracker: TaskTracker,
+    tasks: Tasks,
+    /// The accept loop's task (its state shows the connection limit).
+    pub task: Task,
 }
 
 impl TestServer {
@@ -67,21 +68,19 @@ impl TestServer {
                 std::time::Duration::from_secs(1),
             )),
         });
-        let cancel = CancellationToken::new();
-        let tracker = TaskTracker::new();
-        tracker.spawn(serve(ctx, listener, cancel.clone(), tracker.clone()));
+        let tasks = Tasks::new(&Default::default());
+        let max = conf.worker.max_connections;
+        let task = tasks.spawn("data_server", move |t| serve(ctx, listener, t, max));
         TestServer {
             addr,
             store,
-            cancel,
-            tracker,
+            tasks,
+            task,
         }
     }
 
     pub async fn stop(self) {
-        self.cancel.cancel();
-        self.tracker.close();
-        self.tracker.wait().await;
+        assert!(self.tasks.shutdown(Duration::from_secs(10)).await);
     }
 
     pub fn used(&self, tier: usize) -> u64 {
