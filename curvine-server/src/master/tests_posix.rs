@@ -350,6 +350,50 @@ fn times_by_the_owner_now_by_a_writer() {
 }
 
 #[test]
+fn times_set_to_the_nanosecond_are_kept_across_a_restart() {
+    let d = tempfile::tempdir().unwrap();
+    let alice = user(1000, 1000);
+    // 2106-02-07 06:28:16.123456789 and 2038-01-19 03:14:08.000000001
+    let (m, a) = (
+        (4_294_967_296_123i64, 123_456_789u32),
+        (2_147_483_648_000i64, 1u32),
+    );
+    {
+        let ns = open(d.path());
+        ns.mkdir("/d", false, 0o777, &root()).unwrap();
+        touch(&ns, "/d/f", &alice);
+        touch(&ns, "/d/g", &alice);
+        let st = set(&ns, "/d/f", &alice, |r| {
+            (r.mtime_ms, r.mtime_nsec) = (Some(m.0), Some(m.1));
+            (r.atime_ms, r.atime_nsec) = (Some(a.0), Some(a.1));
+        })
+        .unwrap();
+        assert_eq!((st.mtime_ms, st.mtime_nsec), m);
+        assert_eq!((st.atime_ms, st.atime_nsec), a);
+        // nanoseconds outside the millisecond sent: refused, nothing changes
+        assert!(matches!(
+            set(&ns, "/d/f", &alice, |r| {
+                (r.mtime_ms, r.mtime_nsec) = (Some(5), Some(6_000_000));
+            }),
+            Err(FsError::InvalidArgument { .. })
+        ));
+        // milliseconds alone: the nanoseconds of that millisecond
+        let st = set(&ns, "/d/g", &alice, |r| r.mtime_ms = Some(-1_500)).unwrap();
+        assert_eq!((st.mtime_ms, st.mtime_nsec), (-1_500, 500_000_000));
+    }
+    let ns = open(d.path());
+    let st = stat(&ns, "/d/f").unwrap();
+    assert_eq!((st.mtime_ms, st.mtime_nsec), m);
+    assert_eq!((st.atime_ms, st.atime_nsec), a);
+    // a write sets mtime to the master's now in milliseconds: the old nanoseconds go
+    let st = set(&ns, "/d/f", &alice, |r| r.times_now = true).unwrap();
+    assert_eq!(
+        st.mtime_nsec,
+        (st.mtime_ms.rem_euclid(1000) * 1_000_000) as u32
+    );
+}
+
+#[test]
 fn directory_link_counts_follow_subdirectories() {
     let d = tempfile::tempdir().unwrap();
     let ns = open(d.path());
