@@ -455,6 +455,7 @@ impl Namespace {
         if !store.is_formatted()? {
             format(&store)?;
         }
+        super::upgrade::upgrade(&store)?;
         let counters = store.counters()?;
         let cluster_id = store
             .meta(store::META_CLUSTER_ID)?

@@ -436,6 +436,54 @@ fn directory_link_counts_follow_subdirectories() {
 }
 
 #[test]
+fn directories_of_a_format_1_namespace_get_their_link_counts_at_start() {
+    use super::records::{op::Kind, JournalEntry, MetaRec};
+    let d = tempfile::tempdir().unwrap();
+    let c = root();
+    {
+        let ns = open(d.path());
+        ns.mkdir("/a/x/deep", true, 0o755, &c).unwrap();
+        ns.mkdir("/a/y", false, 0o755, &c).unwrap();
+        ns.mkdir("/b", false, 0o755, &c).unwrap();
+        touch(&ns, "/a/f", &c);
+        // what a format 1 master left: every directory at nlink 1
+        let mut e = JournalEntry::default();
+        for p in ["/", "/a", "/a/x", "/a/x/deep", "/a/y", "/b"] {
+            let id = stat(&ns, p).unwrap().id;
+            let mut ino = ns.store.inode(id).unwrap().unwrap();
+            ino.nlink = 1;
+            e.push(Kind::PutInode(ino));
+        }
+        e.push(Kind::PutMeta(MetaRec {
+            key: super::store::META_FORMAT.to_vec(),
+            value: b"1".to_vec(),
+        }));
+        ns.store.apply(&e).unwrap();
+        assert_eq!(stat(&ns, "/a").unwrap().nlink, 1);
+    }
+    let ns = open(d.path());
+    let nlink = |p: &str| stat(&ns, p).unwrap().nlink;
+    assert_eq!(
+        [
+            nlink("/"),
+            nlink("/a"),
+            nlink("/a/x"),
+            nlink("/a/x/deep"),
+            nlink("/b")
+        ],
+        [4, 4, 3, 2, 2]
+    );
+    assert_eq!(nlink("/a/f"), 1);
+    assert_eq!(
+        ns.store.meta(super::store::META_FORMAT).unwrap().unwrap(),
+        b"2"
+    );
+    // and counting goes on from there
+    ns.delete("/a/y", false, &c).unwrap();
+    assert_eq!(nlink("/a"), 3);
+}
+
+#[test]
 fn long_paths_and_names() {
     let d = tempfile::tempdir().unwrap();
     let ns = open(d.path());
