@@ -394,6 +394,26 @@ fn times_set_to_the_nanosecond_are_kept_across_a_restart() {
 }
 
 #[test]
+fn overwriting_a_file_needs_write_permission_on_it() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let (alice, bob) = (user(1000, 1000), user(1001, 1001));
+    ns.mkdir("/d", false, 0o777, &root()).unwrap();
+    let old = touch(&ns, "/d/f", &alice);
+    chmod(&ns, "/d/f", 0o644, &alice).unwrap();
+    let mut req = create_req("/d/f", &bob);
+    req.overwrite = true;
+    assert!(matches!(
+        ns.create(&req),
+        Err(FsError::PermissionDenied { .. })
+    ));
+    assert_eq!(stat(&ns, "/d/f").unwrap().id, old.id);
+    chmod(&ns, "/d/f", 0o646, &alice).unwrap();
+    let ((st, _), _) = ns.create(&req).unwrap();
+    assert_eq!((st.uid, stat(&ns, "/d/f").unwrap().id), (1001, st.id));
+}
+
+#[test]
 fn directory_link_counts_follow_subdirectories() {
     let d = tempfile::tempdir().unwrap();
     let ns = open(d.path());
