@@ -464,6 +464,8 @@ impl CurvineFs {
             caller: self.caller(),
             no_follow: attr.no_follow,
             times_now: attr.times_now,
+            mtime_nsec: attr.mtime_nsec,
+            atime_nsec: attr.atime_nsec,
         };
         let r = rpc!(self, "set_attr", Mutation, req).await?;
         status_of(r.status, "set_attr")

@@ -47,6 +47,10 @@ pub struct SetAttr {
     pub gid: Option<u32>,
     pub mtime_ms: Option<i64>,
     pub atime_ms: Option<i64>,
+    /// Nanoseconds within the second of `mtime_ms`/`atime_ms`, for times finer than a
+    /// millisecond (their millisecond must be that of the `_ms` value).
+    pub mtime_nsec: Option<u32>,
+    pub atime_nsec: Option<u32>,
     pub replicas: Option<u32>,
     /// Change a symlink itself (lchown, lutimes), not what it points to.
     pub no_follow: bool,

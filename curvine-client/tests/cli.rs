@@ -1,5 +1,5 @@
 //! The `cv` CLI against a MiniCluster: every `cv fs` command, `cv report`, and the
-//! one-line error with a non-zero exit.
+//! one-line error with a non-zero exit, also for a chmod or chown the master refuses.
 
 use std::io::Read;
 use std::path::Path;
@@ -155,6 +155,110 @@ fn cv_reports_an_unreachable_master_clearly() {
     assert!(err.starts_with("cv: "), "{err}");
     let e = cv(&conf, &["fs", "ls", "/", "--bogus"]);
     assert_eq!(e.status.code(), Some(2));
+}
+
+/// `cv` run as `uid`/`gid` (no supplementary groups), as an unprivileged user would.
+fn cv_as(uid: u32, gid: u32, conf: &Path, args: &[&str]) -> Output {
+    Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--clear-groups")
+        .arg(env!("CARGO_BIN_EXE_cv"))
+        .arg("--conf")
+        .arg(conf)
+        .args(args)
+        .output()
+        .expect("run setpriv")
+}
+
+/// One line on stderr that names the path and says why; a non-zero exit.
+fn refused(out: &Output, path: &str, why: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.starts_with("cv: ")
+            && err.trim_end().lines().count() == 1
+            && err.contains(path)
+            && err.to_lowercase().contains(why),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn refused_chmod_and_chown_print_one_line_and_fail() {
+    if !is_root() {
+        eprintln!("skipped: setpriv needs root to act as another user");
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cluster = rt.block_on(MiniCluster::builder().start()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // the unprivileged cv reads the conf
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let conf = dir.path().join("conf.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[client]\nmaster_addrs = [\"{}\"]\n[log]\nlevel = \"warn\"\n",
+            cluster.master_addr()
+        ),
+    )
+    .unwrap();
+    ok(&conf, &["fs", "mkdir", "-p", "/perm"]);
+    ok(&conf, &["fs", "chmod", "777", "/perm"]);
+    ok(&conf, &["fs", "touch", "/perm/root-file"]);
+    let before = ok(&conf, &["fs", "stat", "/perm/root-file"]);
+    // another user's file: neither its mode nor its owner
+    let e = cv_as(
+        5001,
+        5001,
+        &conf,
+        &["fs", "chmod", "777", "/perm/root-file"],
+    );
+    refused(&e, "/perm/root-file", "not permitted");
+    let e = cv_as(
+        5001,
+        5001,
+        &conf,
+        &["fs", "chown", "5001", "/perm/root-file"],
+    );
+    refused(&e, "/perm/root-file", "not permitted");
+    // its own file: not to another owner, nor to a group it is not in
+    let out = cv_as(5001, 5001, &conf, &["fs", "touch", "/perm/a-file"]);
+    assert!(out.status.success(), "{out:?}");
+    let e = cv_as(5001, 5001, &conf, &["fs", "chown", "5002", "/perm/a-file"]);
+    refused(&e, "/perm/a-file", "not permitted");
+    let e = cv_as(5001, 5001, &conf, &["fs", "chown", ":7002", "/perm/a-file"]);
+    refused(&e, "/perm/a-file", "not permitted");
+    // a file it may not even see
+    ok(&conf, &["fs", "mkdir", "/perm/closed"]);
+    ok(&conf, &["fs", "chmod", "700", "/perm/closed"]);
+    ok(&conf, &["fs", "touch", "/perm/closed/f"]);
+    let e = cv_as(5001, 5001, &conf, &["fs", "chmod", "777", "/perm/closed/f"]);
+    refused(&e, "/perm/closed", "permission denied");
+    // nothing changed; what the rules allow works
+    assert_eq!(ok(&conf, &["fs", "stat", "/perm/root-file"]), before);
+    let out = cv_as(5001, 5001, &conf, &["fs", "chmod", "600", "/perm/a-file"]);
+    assert!(out.status.success(), "{out:?}");
+    ok(&conf, &["fs", "chown", "5002:7002", "/perm/a-file"]);
+    let st = ok(&conf, &["fs", "stat", "/perm/a-file"]);
+    assert!(st.contains("5002") && st.contains("7002"), "{st}");
+    rt.block_on(cluster.shutdown()).unwrap();
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2))
+                == Some("0")
+        })
+        .unwrap_or(false)
 }
 
 /// A client process killed with SIGKILL mid-write leaves no visible file and no staging.

@@ -88,9 +88,32 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// Nanoseconds within the second of a time kept as `ms` milliseconds with finer
+/// nanoseconds `nsec` beside them: `nsec` while it lies in `ms`'s millisecond, else
+/// that millisecond's own (a record or status written without the nanoseconds, or a
+/// time set again in whole milliseconds since).
+pub fn time_nsec(ms: i64, nsec: u32) -> u32 {
+    let whole = (ms.rem_euclid(1000) * 1_000_000) as u32;
+    if nsec < 1_000_000_000 && nsec / 1_000_000 == whole / 1_000_000 {
+        nsec
+    } else {
+        whole
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nanoseconds_count_only_within_their_millisecond() {
+        assert_eq!(time_nsec(4_294_967_296_123, 123_456_789), 123_456_789);
+        // none kept (an old record), or a time set in whole milliseconds since
+        assert_eq!(time_nsec(4_294_967_296_123, 0), 123_000_000);
+        assert_eq!(time_nsec(1_999, 123_456_789), 999_000_000);
+        assert_eq!(time_nsec(-1_500, 0), 500_000_000);
+        assert_eq!(time_nsec(7, 2_000_000_000), 7_000_000);
+    }
 
     #[test]
     fn block_id_keeps_owner_and_index() {

@@ -30,6 +30,14 @@ pub fn ts(ms: i64) -> Timestamp {
     )
 }
 
+/// A time kept as milliseconds with the nanoseconds of its second beside them.
+pub fn ts_nsec(ms: i64, nsec: u32) -> Timestamp {
+    Timestamp::new(
+        ms.div_euclid(1000),
+        curvine_common::types::time_nsec(ms, nsec),
+    )
+}
+
 pub fn ms(t: Timestamp) -> i64 {
     t.sec * 1000 + i64::from(t.nsec / 1_000_000)
 }
@@ -55,8 +63,8 @@ pub fn to_attr(st: &FileStatus, ino: u64) -> FileAttr {
         ino,
         size,
         blocks: stored.div_ceil(512),
-        atime: ts(st.atime_ms),
-        mtime: ts(st.mtime_ms),
+        atime: ts_nsec(st.atime_ms, st.atime_nsec),
+        mtime: ts_nsec(st.mtime_ms, st.mtime_nsec),
         ctime: ts(st.ctime_ms),
         kind,
         perm: (st.mode & 0o7777) as u16,
@@ -122,6 +130,20 @@ mod tests {
         for v in [0i64, 1, 999, 1_000, 1_234_567, -1, -1_500] {
             assert_eq!(ms(ts(v)), v);
         }
+    }
+
+    #[test]
+    fn times_carry_their_nanoseconds() {
+        let st = FileStatus {
+            mtime_ms: 4_294_967_296_123,
+            mtime_nsec: 123_456_789,
+            // a status without nanoseconds: those of the millisecond
+            atime_ms: -1_500,
+            ..Default::default()
+        };
+        let a = to_attr(&st, 2);
+        assert_eq!((a.mtime.sec, a.mtime.nsec), (4_294_967_296, 123_456_789));
+        assert_eq!((a.atime.sec, a.atime.nsec), (-2, 500_000_000));
     }
 
     #[test]

@@ -174,6 +174,8 @@ impl Filesystem for CurvineFuse {
             gid: set.gid,
             mtime_ms: set.mtime.map(ms),
             atime_ms: set.atime.map(ms),
+            mtime_nsec: set.mtime.map(|t| t.nsec),
+            atime_nsec: set.atime.map(|t| t.nsec),
             replicas: None,
             // the node itself: a symlink's own owner and times (lchown, lutimes)
             no_follow: true,

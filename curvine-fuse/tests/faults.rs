@@ -1,7 +1,8 @@
 //! Bad input and faults, each test on its own MiniCluster and mount: a full cluster
 //! (ENOSPC, other files intact), a worker stopped during a read (EIO, no hang, later
 //! reads work), a master restart under the mount, 255/256-byte names and paths beyond
-//! PATH_MAX, setgid directories and ctime/mtime updates.
+//! PATH_MAX, setgid directories and ctime/mtime updates, times set to the nanosecond
+//! kept across a master restart.
 
 #![allow(unsafe_code)]
 
@@ -336,6 +337,41 @@ fn mount_survives_a_master_restart() {
     assert_eq!(fs::read(env.p("d/after")).unwrap(), b"after");
     fs::rename(env.p("d/after"), env.p("d/renamed")).unwrap();
     assert_eq!(fs::read_dir(env.p("d")).unwrap().count(), 2);
+}
+
+#[test]
+fn times_past_2038_are_kept_to_the_nanosecond_across_a_master_restart() {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let mut env = Env::start(None);
+    let f = env.p("t");
+    fs::write(&f, b"x").unwrap();
+    // 2106-02-07 06:28:16.123456789 and 2038-01-19 03:14:08.000000001
+    let mtime = UNIX_EPOCH + Duration::new(4_294_967_296, 123_456_789);
+    let atime = UNIX_EPOCH + Duration::new(2_147_483_648, 1);
+    let times = fs::FileTimes::new().set_modified(mtime).set_accessed(atime);
+    File::options()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_times(times)
+        .unwrap();
+    let exact = |p: &Path| {
+        let m = fs::metadata(p).unwrap();
+        (
+            (m.mtime(), m.mtime_nsec()),
+            (m.atime(), m.atime_nsec()),
+            m.modified().unwrap(),
+        )
+    };
+    let want = ((4_294_967_296, 123_456_789), (2_147_483_648, 1), mtime);
+    assert_eq!(exact(&f), want);
+
+    env.stop_master();
+    env.start_master();
+    // a new name: the kernel asks the restarted master for its attributes
+    fs::rename(&f, env.p("t2")).unwrap();
+    assert_eq!(exact(&env.p("t2")), want);
+    assert!(mtime > SystemTime::now());
 }
 
 #[test]

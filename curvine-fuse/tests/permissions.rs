@@ -1,7 +1,9 @@
 //! POSIX permission and ownership rules through a real mount, as root and as
 //! unprivileged users (two uids, one with a supplementary group, and nobody): sticky
 //! directories, chown/chgrp and the set-ID bits, open and utimensat permissions, long
-//! paths and names, symlink ownership, link counts and times past 2038.
+//! paths and names, symlink ownership, link counts and times past 2038; bad input (long
+//! names and paths, chown to an unknown uid, a rename into a sticky directory) as root,
+//! as nobody and as a user with a supplementary group.
 
 #![allow(unsafe_code)]
 
@@ -149,6 +151,13 @@ fn chown_chgrp_and_the_set_id_bits() {
     sh(&dir, &format!("touch f && chown {A}:{A} f && chmod 666 f"));
     not_permitted(as_a(&dir, &format!("chown {B} f")), "give the file away");
     not_permitted(as_b(&dir, &format!("chown {B} f")), "take it");
+    not_permitted(sh_as_nobody(&dir, "chown 65534 f"), "nobody takes it");
+    not_permitted(sh_as_nobody(&dir, "chmod 777 f"), "nobody's chmod");
+    not_permitted(
+        sh_as_nobody(&dir, &format!("chgrp {A} f")),
+        "nobody's chgrp",
+    );
+    assert_eq!((owner(&f), mode(&f)), ((A, A), 0o666));
     not_permitted(
         sh_as(A, A, &[], &dir, &format!("chgrp {GA} f")),
         "without the supplementary group",
@@ -253,6 +262,8 @@ fn open_and_utimensat_permissions() {
     denied(sh_as(B, B, &[GA], &dir, "exec 3<>g"), "member O_RDWR");
     denied(sh_as(B, B, &[GA], &dir, ": > g"), "member O_TRUNC");
     denied(as_b(&dir, "cat g"), "others read");
+    denied(sh_as_nobody(&dir, "cat g"), "nobody reads");
+    denied(sh_as_nobody(&dir, "echo x >> f"), "nobody writes");
 
     // utimensat: a writer who is not the owner may set now, nothing else
     sh(&dir, &format!("touch t && chown {A}:{A} t && chmod 666 t"));
@@ -263,10 +274,13 @@ fn open_and_utimensat_permissions() {
     denied(as_b(&dir, "touch t"), "not a writer");
     // the owner, even without write permission, sets any time, kept exactly
     sh(&dir, "chmod 444 t");
-    ok(as_a(&dir, "touch -d @4294967296.5 t"), "owner sets a time");
+    ok(
+        as_a(&dir, "touch -d @4294967296.123456789 t"),
+        "owner sets a time",
+    );
     let m = fs::metadata(dir.join("t")).unwrap();
-    assert_eq!((m.mtime(), m.mtime_nsec()), (4_294_967_296, 500_000_000));
-    assert_eq!((m.atime(), m.atime_nsec()), (4_294_967_296, 500_000_000));
+    assert_eq!((m.mtime(), m.mtime_nsec()), (4_294_967_296, 123_456_789));
+    assert_eq!((m.atime(), m.atime_nsec()), (4_294_967_296, 123_456_789));
     ok(as_a(&dir, "touch -m -d @2147483648 t"), "owner sets mtime");
     assert_eq!(fs::metadata(dir.join("t")).unwrap().mtime(), 2_147_483_648);
 }
@@ -336,6 +350,23 @@ fn symlink_owners_link_counts_and_unlinked_open_files() {
     assert_eq!((nlink("d"), nlink("e")), (2, 3));
     assert_eq!(nlink("."), 4, "the test directory: d and e");
 
+    // the same as unprivileged users, in directories of their own
+    for (uid, gid, groups) in [(65534, 65534, &[][..]), (A, A, &[GA][..])] {
+        let sub = format!("by{uid}");
+        sh(&dir, &format!("mkdir {sub} && chown {uid}:{gid} {sub}"));
+        let (r, out) = sh_as(
+            uid,
+            gid,
+            groups,
+            &dir.join(&sub),
+            "mkdir d e d/x d/y && touch d/f && rmdir d/y && mv d/x e/x && ln -s e l",
+        );
+        assert!(r, "{uid}: {out}");
+        let n = |p: &str| nlink(&format!("{sub}/{p}"));
+        assert_eq!((n("."), n("d"), n("e"), n("e/x")), (4, 2, 3, 2), "{uid}");
+        assert_eq!(owner(&dir.join(&sub).join("l")), (uid, gid));
+    }
+
     // an open file whose last name is gone has no links; one with another name has it
     let f = File::create(dir.join("gone")).unwrap();
     fs::remove_file(dir.join("gone")).unwrap();
@@ -346,4 +377,105 @@ fn symlink_owners_link_counts_and_unlinked_open_files() {
     fs::remove_file(dir.join("two")).unwrap();
     assert_eq!(g.metadata().unwrap().nlink(), 1);
     assert_eq!(fs::metadata(dir.join("two2")).unwrap().nlink(), 1);
+}
+
+/// Who acts in the bad-input cases: root, nobody, and user A with a supplementary group.
+const ACTORS: [(&str, u32, u32, &[u32]); 3] = [
+    ("root", 0, 0, &[]),
+    ("nobody", 65534, 65534, &[]),
+    ("A", A, A, &[GA]),
+];
+
+/// Every entry below `dir`, with its type, mode, owner and size, sorted: from `find`,
+/// which walks by relative paths, so entries deeper than PATH_MAX are listed too.
+fn tree(dir: &Path) -> String {
+    sh(dir, "find . -printf '%p %y %m %U %G %s\\n' | LC_ALL=C sort")
+}
+
+/// `script` as `actor` fails with `message` (strerror of the expected errno) and leaves
+/// everything under `dir` as it was.
+fn fails_alone(actor: (&str, u32, u32, &[u32]), dir: &Path, script: &str, message: &str) {
+    let before = tree(dir);
+    let (ok, out) = sh_as(actor.1, actor.2, actor.3, dir, script);
+    assert!(
+        !ok && out.contains(message),
+        "{}: `{script}`: {out}",
+        actor.0
+    );
+    assert_eq!(
+        tree(dir),
+        before,
+        "{}: `{script}` changed something",
+        actor.0
+    );
+}
+
+#[test]
+fn bad_input_gets_its_errno_and_changes_nothing() {
+    for actor in ACTORS {
+        let (name, uid, gid, groups) = actor;
+        let (dir, _) = test_dir(&format!("bad_input_{name}"));
+        sh(&dir, &format!("chown {uid}:{gid} ."));
+        let run = |script: &str| {
+            let (ok, out) = sh_as(uid, gid, groups, &dir, script);
+            assert!(ok, "{name}: `{script}`: {out}");
+        };
+        // names of NAME_MAX bytes work; one byte more is ENAMETOOLONG for every call
+        let (n255, n256) = ("n".repeat(255), "m".repeat(256));
+        run(&format!("touch {n255} && mkdir d{}", &n255[1..]));
+        for script in [
+            format!("touch {n256}"),
+            format!("mkdir {n256}"),
+            format!("mv {n255} {n256}"),
+            format!("ln -s {n255} {n256}"),
+            format!("ln {n255} {n256}"),
+            format!("touch d{}/{n256}", &n255[1..]),
+        ] {
+            fails_alone(actor, &dir, &script, "File name too long");
+        }
+
+        // a relative path of PATH_MAX - 1 bytes works, of PATH_MAX bytes does not
+        let comps: Vec<String> = (0..16)
+            .map(|i| format!("{i:x}").repeat(255).chars().take(255).collect())
+            .collect();
+        let full = comps.join("/");
+        assert_eq!(full.len(), 4095);
+        run(&format!(
+            "mkdir -p {} && touch {full}",
+            comps[..15].join("/")
+        ));
+        run(&format!("test -f {full}"));
+        let over = full.replacen('/', "//", 1);
+        fails_alone(actor, &dir, &format!("touch {over}"), "File name too long");
+        fails_alone(actor, &dir, &format!("mkdir {over}"), "File name too long");
+
+        // chown to a uid no user has: root may, others get EPERM
+        run("touch own");
+        if uid == 0 {
+            run("chown 4000000:4000001 own");
+            assert_eq!(owner(&dir.join("own")), (4_000_000, 4_000_001));
+        } else {
+            fails_alone(actor, &dir, "chown 4000000 own", "Operation not permitted");
+            fails_alone(actor, &dir, "chgrp 4000001 own", "Operation not permitted");
+            assert_eq!(owner(&dir.join("own")), (uid, gid));
+        }
+
+        // a rename into a sticky directory over another user's entry: EPERM, except root
+        sh(
+            &dir,
+            &format!("mkdir -m 1777 t && touch t/theirs && chown {B}:{B} t/theirs"),
+        );
+        run("touch mine");
+        if uid == 0 {
+            run("mv mine t/theirs");
+            assert_eq!(owner(&dir.join("t/theirs")), (0, 0));
+        } else {
+            fails_alone(actor, &dir, "mv mine t/theirs", "Operation not permitted");
+            assert_eq!(owner(&dir.join("t/theirs")), (B, B));
+            // into it under a new name is fine
+            run("mv mine t/new");
+            assert_eq!(owner(&dir.join("t/new")), (uid, gid));
+        }
+        sh(&dir, "rm -rf ./*");
+    }
 }

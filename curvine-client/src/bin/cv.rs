@@ -144,6 +144,8 @@ enum FsCmd {
     },
     /// Change permission bits (octal MODE, e.g. 755).
     Chmod { mode: String, path: String },
+    /// Change the owner and group: UID, UID:GID or :GID (numeric ids).
+    Chown { owner: String, path: String },
     /// Create a hard link, or with -s a symbolic link.
     Ln {
         #[arg(short = 's')]
@@ -402,6 +404,15 @@ async fn fs_cmd(fs: &CurvineFs, cmd: FsCmd) -> anyhow::Result<()> {
             let mode = parse_mode(&mode)?;
             let attr = SetAttr {
                 mode: Some(mode),
+                ..Default::default()
+            };
+            fs.set_attr(&path, attr).await?;
+        }
+        FsCmd::Chown { owner, path } => {
+            let (uid, gid) = parse_owner(&owner)?;
+            let attr = SetAttr {
+                uid,
+                gid,
                 ..Default::default()
             };
             fs.set_attr(&path, attr).await?;
@@ -756,6 +767,24 @@ fn parse_mode(s: &str) -> anyhow::Result<u32> {
     Ok(m)
 }
 
+/// `UID`, `UID:GID`, `UID:` or `:GID` (numeric) -> the ids to change.
+fn parse_owner(s: &str) -> anyhow::Result<(Option<u32>, Option<u32>)> {
+    let id = |t: &str| -> anyhow::Result<Option<u32>> {
+        if t.is_empty() {
+            return Ok(None);
+        }
+        t.parse()
+            .map(Some)
+            .map_err(|_| anyhow::anyhow!("bad owner {s:?}: expected numeric UID[:GID]"))
+    };
+    let (u, g) = s.split_once(':').unwrap_or((s, ""));
+    let ids = (id(u)?, id(g)?);
+    if ids == (None, None) {
+        bail!("bad owner {s:?}: expected numeric UID[:GID]");
+    }
+    Ok(ids)
+}
+
 fn human(bytes: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut v = bytes as f64;
@@ -922,6 +951,16 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(mode_string(&st), "-rwSr--r--");
+    }
+
+    #[test]
+    fn owners_parse() {
+        assert_eq!(parse_owner("5001").unwrap(), (Some(5001), None));
+        assert_eq!(parse_owner("5001:7001").unwrap(), (Some(5001), Some(7001)));
+        assert_eq!(parse_owner(":7001").unwrap(), (None, Some(7001)));
+        for bad in ["", ":", "alice", "1:x", "-1"] {
+            assert!(parse_owner(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

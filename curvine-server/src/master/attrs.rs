@@ -61,6 +61,8 @@ impl Namespace {
                     check(&c, &ino, 2, || w.path.clone())?;
                 }
             }
+            let mtime_nsec = given_nsec(req.mtime_ms, req.mtime_nsec)?;
+            let atime_nsec = given_nsec(req.atime_ms, req.atime_nsec)?;
             let explicit_times = req.mtime_ms.is_some() || req.atime_ms.is_some();
             if (explicit_times || req.times_now) && !owner {
                 if !req.times_now {
@@ -98,11 +100,13 @@ impl Namespace {
                 ino.mtime_ms = txn.now;
                 ino.atime_ms = txn.now;
             } else {
-                if let Some(t) = req.mtime_ms {
+                if let (Some(t), Some(n)) = (req.mtime_ms, mtime_nsec) {
                     ino.mtime_ms = t;
+                    ino.mtime_nsec = n;
                 }
-                if let Some(t) = req.atime_ms {
+                if let (Some(t), Some(n)) = (req.atime_ms, atime_nsec) {
                     ino.atime_ms = t;
+                    ino.atime_nsec = n;
                 }
             }
             if let Some(r) = req.replicas {
@@ -226,4 +230,18 @@ fn check_xattr_name(name: &str) -> FsResult<()> {
         return Err(FsError::invalid(format!("bad xattr name {name:?}")));
     }
     Ok(())
+}
+
+/// The nanoseconds within the second to keep for a time of `ms` a caller sets, given
+/// `nsec` or not (then `ms`'s own); `None` when no time is given.
+fn given_nsec(ms: Option<i64>, nsec: Option<u32>) -> FsResult<Option<u32>> {
+    let Some(ms) = ms else { return Ok(None) };
+    let whole = curvine_common::types::time_nsec(ms, 0);
+    match nsec {
+        None => Ok(Some(whole)),
+        Some(n) if curvine_common::types::time_nsec(ms, n) == n => Ok(Some(n)),
+        Some(n) => Err(FsError::invalid(format!(
+            "nanoseconds {n} do not lie in the millisecond of {ms} ms"
+        ))),
+    }
 }

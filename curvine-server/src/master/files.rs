@@ -74,6 +74,9 @@ impl Namespace {
                 }
                 check(&c, &dir, 3, || w.parent_path())?;
                 check_sticky(&c, &dir, old, &w.path)?;
+                // overwriting writes the file: HDFS asks write permission on it, as
+                // open(O_TRUNC) does
+                check(&c, old, 2, || w.path.clone())?;
                 txn.unlink_entry(dir.id, &w.name)?;
                 txn.release_inode(old.clone())?;
             } else {

@@ -24,6 +24,7 @@ mod store;
 mod syncer;
 mod tree;
 mod ufs_meta;
+mod upgrade;
 pub mod web;
 mod workers;
 

@@ -408,6 +408,8 @@ pub(super) fn status(i: &InodeRec, path: String, name: String) -> FileStatus {
         mtime_ms: i.mtime_ms,
         atime_ms: i.atime_ms,
         ctime_ms: i.ctime_ms,
+        mtime_nsec: curvine_common::types::time_nsec(i.mtime_ms, i.mtime_nsec),
+        atime_nsec: curvine_common::types::time_nsec(i.atime_ms, i.atime_nsec),
         nlink: i.nlink,
         block_size: i.block_size,
         replicas: i.replicas,
@@ -455,6 +457,7 @@ impl Namespace {
         if !store.is_formatted()? {
             format(&store)?;
         }
+        super::upgrade::upgrade(&store)?;
         let counters = store.counters()?;
         let cluster_id = store
             .meta(store::META_CLUSTER_ID)?

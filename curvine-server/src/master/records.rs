@@ -75,6 +75,16 @@ pub struct InodeRec {
     /// Under a mount: the under-store object or prefix this entry mirrors.
     #[prost(message, optional, boxed, tag = "26")]
     pub ufs: Option<Box<UfsRec>>,
+    /// Nanoseconds within the second of `mtime_ms`, kept when a caller sets the time
+    /// (utimensat). They count only while their millisecond agrees with `mtime_ms`
+    /// (`curvine_common::types::time_nsec`): a writer that sets `mtime_ms` alone (to
+    /// now) need not clear them, and records written before this field read as whole
+    /// milliseconds.
+    #[prost(uint32, tag = "27")]
+    pub mtime_nsec: u32,
+    /// Nanoseconds within the second of `atime_ms`, as `mtime_nsec`.
+    #[prost(uint32, tag = "28")]
+    pub atime_nsec: u32,
 }
 
 /// The under-store identity of an entry under a mount. A file's blocks are valid only

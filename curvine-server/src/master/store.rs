@@ -29,7 +29,8 @@ pub const META_WORKER_PREFIX: &[u8] = b"w/";
 /// `u/` ‖ inode id (BE u64) -> writer client id (BE u64): files under construction.
 pub const META_OPEN_PREFIX: &[u8] = b"u/";
 
-const FORMAT_VERSION: &[u8] = b"1";
+/// 2: directories count their subdirectories in nlink (`master::upgrade`).
+const FORMAT_VERSION: &[u8] = b"2";
 
 pub fn db_err(what: &str, e: rocksdb::Error) -> FsError {
     FsError::io(format!("metadata store: {what}: {e}"))
@@ -292,6 +293,18 @@ impl Store {
                 None => Ok(None),
             })
             .collect()
+    }
+
+    /// Visit every inode record, without caching them (upgrades at start).
+    pub fn for_each_inode(&self, mut f: impl FnMut(InodeRec) -> FsResult<()>) -> FsResult<()> {
+        for item in self
+            .db
+            .iterator_cf(self.cf(CF_INODES)?, IteratorMode::Start)
+        {
+            let (_, v) = item.map_err(|e| db_err("scan", e))?;
+            f(decode_inode(&v)?)?;
+        }
+        Ok(())
     }
 
     /// Visit every block record (re-replication scans).

@@ -350,6 +350,70 @@ fn times_by_the_owner_now_by_a_writer() {
 }
 
 #[test]
+fn times_set_to_the_nanosecond_are_kept_across_a_restart() {
+    let d = tempfile::tempdir().unwrap();
+    let alice = user(1000, 1000);
+    // 2106-02-07 06:28:16.123456789 and 2038-01-19 03:14:08.000000001
+    let (m, a) = (
+        (4_294_967_296_123i64, 123_456_789u32),
+        (2_147_483_648_000i64, 1u32),
+    );
+    {
+        let ns = open(d.path());
+        ns.mkdir("/d", false, 0o777, &root()).unwrap();
+        touch(&ns, "/d/f", &alice);
+        touch(&ns, "/d/g", &alice);
+        let st = set(&ns, "/d/f", &alice, |r| {
+            (r.mtime_ms, r.mtime_nsec) = (Some(m.0), Some(m.1));
+            (r.atime_ms, r.atime_nsec) = (Some(a.0), Some(a.1));
+        })
+        .unwrap();
+        assert_eq!((st.mtime_ms, st.mtime_nsec), m);
+        assert_eq!((st.atime_ms, st.atime_nsec), a);
+        // nanoseconds outside the millisecond sent: refused, nothing changes
+        assert!(matches!(
+            set(&ns, "/d/f", &alice, |r| {
+                (r.mtime_ms, r.mtime_nsec) = (Some(5), Some(6_000_000));
+            }),
+            Err(FsError::InvalidArgument { .. })
+        ));
+        // milliseconds alone: the nanoseconds of that millisecond
+        let st = set(&ns, "/d/g", &alice, |r| r.mtime_ms = Some(-1_500)).unwrap();
+        assert_eq!((st.mtime_ms, st.mtime_nsec), (-1_500, 500_000_000));
+    }
+    let ns = open(d.path());
+    let st = stat(&ns, "/d/f").unwrap();
+    assert_eq!((st.mtime_ms, st.mtime_nsec), m);
+    assert_eq!((st.atime_ms, st.atime_nsec), a);
+    // a write sets mtime to the master's now in milliseconds: the old nanoseconds go
+    let st = set(&ns, "/d/f", &alice, |r| r.times_now = true).unwrap();
+    assert_eq!(
+        st.mtime_nsec,
+        (st.mtime_ms.rem_euclid(1000) * 1_000_000) as u32
+    );
+}
+
+#[test]
+fn overwriting_a_file_needs_write_permission_on_it() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let (alice, bob) = (user(1000, 1000), user(1001, 1001));
+    ns.mkdir("/d", false, 0o777, &root()).unwrap();
+    let old = touch(&ns, "/d/f", &alice);
+    chmod(&ns, "/d/f", 0o644, &alice).unwrap();
+    let mut req = create_req("/d/f", &bob);
+    req.overwrite = true;
+    assert!(matches!(
+        ns.create(&req),
+        Err(FsError::PermissionDenied { .. })
+    ));
+    assert_eq!(stat(&ns, "/d/f").unwrap().id, old.id);
+    chmod(&ns, "/d/f", 0o646, &alice).unwrap();
+    let ((st, _), _) = ns.create(&req).unwrap();
+    assert_eq!((st.uid, stat(&ns, "/d/f").unwrap().id), (1001, st.id));
+}
+
+#[test]
 fn directory_link_counts_follow_subdirectories() {
     let d = tempfile::tempdir().unwrap();
     let ns = open(d.path());
@@ -389,6 +453,54 @@ fn directory_link_counts_follow_subdirectories() {
         Err(FsError::PermissionDenied { .. })
     ));
     ns.rename("/pub/ro", "/pub/ro2", 0, &alice).unwrap();
+}
+
+#[test]
+fn directories_of_a_format_1_namespace_get_their_link_counts_at_start() {
+    use super::records::{op::Kind, JournalEntry, MetaRec};
+    let d = tempfile::tempdir().unwrap();
+    let c = root();
+    {
+        let ns = open(d.path());
+        ns.mkdir("/a/x/deep", true, 0o755, &c).unwrap();
+        ns.mkdir("/a/y", false, 0o755, &c).unwrap();
+        ns.mkdir("/b", false, 0o755, &c).unwrap();
+        touch(&ns, "/a/f", &c);
+        // what a format 1 master left: every directory at nlink 1
+        let mut e = JournalEntry::default();
+        for p in ["/", "/a", "/a/x", "/a/x/deep", "/a/y", "/b"] {
+            let id = stat(&ns, p).unwrap().id;
+            let mut ino = ns.store.inode(id).unwrap().unwrap();
+            ino.nlink = 1;
+            e.push(Kind::PutInode(ino));
+        }
+        e.push(Kind::PutMeta(MetaRec {
+            key: super::store::META_FORMAT.to_vec(),
+            value: b"1".to_vec(),
+        }));
+        ns.store.apply(&e).unwrap();
+        assert_eq!(stat(&ns, "/a").unwrap().nlink, 1);
+    }
+    let ns = open(d.path());
+    let nlink = |p: &str| stat(&ns, p).unwrap().nlink;
+    assert_eq!(
+        [
+            nlink("/"),
+            nlink("/a"),
+            nlink("/a/x"),
+            nlink("/a/x/deep"),
+            nlink("/b")
+        ],
+        [4, 4, 3, 2, 2]
+    );
+    assert_eq!(nlink("/a/f"), 1);
+    assert_eq!(
+        ns.store.meta(super::store::META_FORMAT).unwrap().unwrap(),
+        b"2"
+    );
+    // and counting goes on from there
+    ns.delete("/a/y", false, &c).unwrap();
+    assert_eq!(nlink("/a"), 3);
 }
 
 #[test]

@@ -15,7 +15,7 @@ use tracing::info;
 use crate::handles::Table;
 
 pub struct Client {
-    rt: Runtime,
+    rt: Arc<Runtime>,
     fs: CurvineFs,
 }
 
@@ -62,7 +62,10 @@ impl Client {
         match rt.block_on(CurvineFs::connect(conf)) {
             Ok(fs) => {
                 info!(masters = %addrs, "curvine client connected");
-                let c = Arc::new(Client { rt, fs });
+                let c = Arc::new(Client {
+                    rt: Arc::new(rt),
+                    fs,
+                });
                 clients.insert(key.to_string(), c.clone());
                 Ok(c)
             }
@@ -71,6 +74,15 @@ impl Client {
                 Err(e)
             }
         }
+    }
+
+    /// The same client (connection and runtime) acting as `uid`/`gid` with
+    /// supplementary `groups`: a `FileSystem` of another Hadoop user.
+    pub fn acting_as(&self, uid: u32, gid: u32, groups: &[u32]) -> Arc<Client> {
+        Arc::new(Client {
+            rt: self.rt.clone(),
+            fs: self.fs.with_groups(uid, gid, groups),
+        })
     }
 
     /// Number of distinct cluster clients in this JVM.

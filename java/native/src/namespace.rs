@@ -11,7 +11,7 @@ use jni::JNIEnv;
 use crate::client::{Client, FS_HANDLES};
 use crate::conf::{build_conf, check_key, KeyCheck};
 use crate::error::{guard, Failure, JniResult};
-use crate::status::{group_id, status_array, status_object, user_id};
+use crate::status::{group_id, primary_group, status_array, status_object, user_id};
 
 pub fn client(fs: jlong) -> JniResult<Arc<Client>> {
     FS_HANDLES
@@ -93,6 +93,43 @@ pub extern "system" fn Java_io_curvine_NativeFs_connect<'l>(
         let (conf, text) = build_conf(&pairs)?;
         let c = Client::get_or_connect(conf, &text)?;
         Ok(FS_HANDLES.insert(c))
+    })
+}
+
+/// A handle to the shared client for this configuration acting as Hadoop user `user`
+/// with groups `groups` (names or numeric ids): its uid, its primary group (the first
+/// of `groups` that resolves, else its own), and every resolved group as supplementary.
+/// Group names that do not resolve are left out; a user that does not resolve, or with
+/// no group at all, is refused.
+#[no_mangle]
+pub extern "system" fn Java_io_curvine_NativeFs_connectAs<'l>(
+    mut env: JNIEnv<'l>,
+    _c: JClass<'l>,
+    keys: JObjectArray<'l>,
+    values: JObjectArray<'l>,
+    user: JString<'l>,
+    groups: JObjectArray<'l>,
+) -> jlong {
+    guard(&mut env, 0, |env| {
+        let k = string_array(env, &keys, "keys")?;
+        let v = string_array(env, &values, "values")?;
+        if k.len() != v.len() {
+            return Err(Failure::invalid("keys and values differ in length"));
+        }
+        let user = jstr(env, &user, "user")?;
+        let group_names = string_array(env, &groups, "groups")?;
+        let uid =
+            user_id(&user).ok_or_else(|| Failure::invalid(format!("unknown user {user:?}")))?;
+        let gids: Vec<u32> = group_names.iter().filter_map(|g| group_id(g)).collect();
+        let gid = gids
+            .first()
+            .copied()
+            .or_else(|| primary_group(&user))
+            .ok_or_else(|| Failure::invalid(format!("user {user:?} has no group")))?;
+        let pairs: Vec<(String, String)> = k.into_iter().zip(v).collect();
+        let (conf, text) = build_conf(&pairs)?;
+        let c = Client::get_or_connect(conf, &text)?;
+        Ok(FS_HANDLES.insert(c.acting_as(uid, gid, &gids)))
     })
 }
 

@@ -84,6 +84,23 @@ pub fn user_id(name: &str) -> Option<u32> {
     (rc == 0 && !out.is_null()).then_some(pwd.pw_uid)
 }
 
+/// The primary group of user `name` (a name or a numeric uid) from the passwd database.
+pub fn primary_group(name: &str) -> Option<u32> {
+    // SAFETY: passwd is plain data (integers and pointers); all zeros is a valid value.
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; PW_BUF];
+    let mut out: *mut libc::passwd = std::ptr::null_mut();
+    let rc = if let Ok(uid) = name.parse::<u32>() {
+        // SAFETY: every pointer refers to live, correctly sized local storage.
+        unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut out) }
+    } else {
+        let c = CString::new(name).ok()?;
+        // SAFETY: as above; `c` is NUL-terminated.
+        unsafe { libc::getpwnam_r(c.as_ptr(), &mut pwd, buf.as_mut_ptr(), buf.len(), &mut out) }
+    };
+    (rc == 0 && !out.is_null()).then_some(pwd.pw_gid)
+}
+
 /// A group name (or a numeric id) -> gid.
 pub fn group_id(name: &str) -> Option<u32> {
     if let Ok(n) = name.parse() {

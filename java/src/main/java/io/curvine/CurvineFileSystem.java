@@ -65,7 +65,7 @@ public class CurvineFileSystem extends FileSystem {
     String authority = name.getAuthority();
     this.uri = URI.create(SCHEME + "://" + (authority == null ? "" : authority) + "/");
     CurvineConfig cc = CurvineConfig.from(conf, name);
-    this.fs = NativeFs.connect(cc.keys, cc.values);
+    this.fs = connect(cc, UserGroupInformation.getCurrentUser());
     this.closed = false;
     this.readBufferSize = (int) parseSize(conf.get(CurvineConfig.READ_BUFFER_SIZE, "64KB"));
     this.writeBufferSize = (int) parseSize(conf.get(CurvineConfig.WRITE_BUFFER_SIZE, "64KB"));
@@ -82,6 +82,20 @@ public class CurvineFileSystem extends FileSystem {
     }
     String user = UserGroupInformation.getCurrentUser().getShortUserName();
     this.workingDir = makeQualified(new Path("/user/" + user));
+  }
+
+  /**
+   * A client acting for {@code ugi}: the process's own uid, gid and groups when it is the
+   * user this process runs as; else that user's uid and its groups (resolved by name, or
+   * numeric), as HDFS's simple authentication trusts the Hadoop user. The master checks
+   * every call against that identity.
+   */
+  static long connect(CurvineConfig cc, UserGroupInformation ugi) throws IOException {
+    String user = ugi.getShortUserName();
+    if (user.equals(System.getProperty("user.name"))) {
+      return NativeFs.connect(cc.keys, cc.values);
+    }
+    return NativeFs.connectAs(cc.keys, cc.values, user, ugi.getGroupNames());
   }
 
   /** Sizes as the cluster TOML writes them: 128MB, 64kb, 1048576. */

@@ -23,6 +23,9 @@ final class NativeFs {
 
   static native int checkKey(String key, String value) throws IOException;
   static native long connect(String[] keys, String[] values) throws IOException;
+  /** As {@link #connect}, acting as {@code user} (a name or uid) in {@code groups}. */
+  static native long connectAs(String[] keys, String[] values, String user, String[] groups)
+      throws IOException;
   static native void disconnect(long fs);
   static native int clientCount();
   static native int openStreams();
