@@ -258,4 +258,13 @@ impl MasterService for FakeMaster {
     async fn free(&self, _r: Request<FreeRequest>) -> R<FreeResponse> {
         unimplemented()
     }
+    async fn submit_load(&self, _r: Request<SubmitLoadRequest>) -> R<SubmitLoadResponse> {
+        unimplemented()
+    }
+    async fn get_load(&self, _r: Request<GetLoadRequest>) -> R<GetLoadResponse> {
+        unimplemented()
+    }
+    async fn cancel_load(&self, _r: Request<CancelLoadRequest>) -> R<CancelLoadResponse> {
+        unimplemented()
+    }
 }

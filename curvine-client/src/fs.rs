@@ -616,6 +616,55 @@ impl CurvineFs {
         rpc!(self, "free", Idempotent, req).await
     }
 
+    /// Start a load job on the master for the files at `path` (under it with
+    /// `recursive`): their blocks are fetched from the under-store into the cache.
+    pub async fn submit_load(&self, path: &str, recursive: bool) -> FsResult<proto::LoadJob> {
+        let req = proto::SubmitLoadRequest {
+            path: self.norm(path)?,
+            recursive,
+            caller: self.caller(),
+        };
+        let r: proto::SubmitLoadResponse = rpc!(self, "submit_load", Mutation, req).await?;
+        r.job
+            .ok_or_else(|| FsError::protocol("submit_load: no job in the reply"))
+    }
+
+    /// Load job `id`.
+    pub async fn load_job(&self, id: u64) -> FsResult<proto::LoadJob> {
+        let req = proto::GetLoadRequest {
+            job_id: id,
+            path: String::new(),
+        };
+        let r: proto::GetLoadResponse = rpc!(self, "get_load", Idempotent, req).await?;
+        r.jobs
+            .into_iter()
+            .next()
+            .ok_or_else(|| FsError::not_found(format!("load job {id}")))
+    }
+
+    /// The load jobs of `path` (every job the master keeps when empty), oldest first.
+    pub async fn load_jobs(&self, path: &str) -> FsResult<Vec<proto::LoadJob>> {
+        let path = if path.is_empty() {
+            String::new()
+        } else {
+            self.norm(path)?
+        };
+        let req = proto::GetLoadRequest { job_id: 0, path };
+        let r: proto::GetLoadResponse = rpc!(self, "get_load", Idempotent, req).await?;
+        Ok(r.jobs)
+    }
+
+    /// Cancel load job `id`; blocks loaded so far stay cached.
+    pub async fn cancel_load(&self, id: u64) -> FsResult<proto::LoadJob> {
+        let req = proto::CancelLoadRequest {
+            job_id: id,
+            caller: self.caller(),
+        };
+        let r: proto::CancelLoadResponse = rpc!(self, "cancel_load", Idempotent, req).await?;
+        r.job
+            .ok_or_else(|| FsError::protocol("cancel_load: no job in the reply"))
+    }
+
     /// Cluster capacity and usage, per worker and tier.
     pub async fn report(&self) -> FsResult<proto::ReportResponse> {
         self.inner

@@ -85,6 +85,8 @@ pub struct MasterConf {
     pub replication_per_worker: u32,
     /// A copy not reported done within this time is given up (and rescheduled).
     pub replication_timeout: Dur,
+    /// Blocks of load jobs (`cv load`) in flight per worker.
+    pub load_per_worker: u32,
     /// Memory for RocksDB memtables, all column families together: the master's
     /// memory stays bounded as the namespace grows.
     pub meta_write_buffer: ByteSize,
@@ -127,6 +129,7 @@ impl Default for MasterConf {
             replication_max_inflight: 64,
             replication_per_worker: 4,
             replication_timeout: Dur(Duration::from_secs(120)),
+            load_per_worker: 4,
             meta_write_buffer: ByteSize(4 << 20),
             meta_cache: ByteSize(1 << 20),
             dir_cache_entries: 65536,

@@ -79,6 +79,9 @@ macro_rules! master_methods {
             33 GetMount GetMountRequest GetMountResponse get_mount;
             34 Resync ResyncRequest ResyncResponse resync;
             35 Free FreeRequest FreeResponse free;
+            40 SubmitLoad SubmitLoadRequest SubmitLoadResponse submit_load;
+            41 GetLoad GetLoadRequest GetLoadResponse get_load;
+            42 CancelLoad CancelLoadRequest CancelLoadResponse cancel_load;
         }
     };
 }
@@ -280,6 +283,6 @@ mod tests {
             };
         }
         master_methods!(unique);
-        assert_eq!(ids.len(), 35);
+        assert_eq!(ids.len(), 38);
     }
 }

@@ -378,6 +378,7 @@ fn any_call() -> impl Strategy<Value = Call> {
                         })
                         .collect(),
                     bad_blocks: vec![],
+                    load_results: vec![],
                     scrubbed_bytes,
                     tiers: vec![],
                 })

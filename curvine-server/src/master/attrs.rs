@@ -216,6 +216,7 @@ impl Namespace {
             copies_done: rs.done,
             copies_failed: rs.failed,
             bad_replicas: rs.bad_replicas,
+            load_jobs: self.jobs.running(),
         }
     }
 }

@@ -65,4 +65,7 @@ metered! {
     get_mount(GetMountRequest) -> GetMountResponse, "GetMount";
     resync(ResyncRequest) -> ResyncResponse, "Resync";
     free(FreeRequest) -> FreeResponse, "Free";
+    submit_load(SubmitLoadRequest) -> SubmitLoadResponse, "SubmitLoad";
+    get_load(GetLoadRequest) -> GetLoadResponse, "GetLoad";
+    cancel_load(CancelLoadRequest) -> CancelLoadResponse, "CancelLoad";
 }

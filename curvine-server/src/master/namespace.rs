@@ -41,6 +41,8 @@ pub struct Namespace {
     pub(super) changes: ChangeLog,
     /// Under-store mounts and their operators.
     pub(super) mounts: super::mounts::Mounts,
+    /// Load jobs (in memory).
+    pub(super) jobs: super::jobs::Jobs,
 }
 
 /// Read access shared by the store (lock-free reads) and a transaction (its own
@@ -460,7 +462,9 @@ impl Namespace {
             .unwrap_or_default();
         let syncer = Syncer::start(store.clone(), sync)?;
         let mounts = super::mounts::Mounts::load(&store)?;
+        let jobs = super::jobs::Jobs::new(conf.load_per_worker);
         let ns = Namespace {
+            jobs,
             store,
             conf,
             mu: Mutex::new(counters),

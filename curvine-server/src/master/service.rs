@@ -344,4 +344,34 @@ impl MasterService for MasterSvc {
             bytes,
         }))
     }
+
+    async fn submit_load(&self, req: Request<SubmitLoadRequest>) -> Reply<SubmitLoadResponse> {
+        fault_rpc!("master.SubmitLoad", &req);
+        let r = req.into_inner();
+        let path = curvine_common::path::normalize(&r.path)?;
+        let job = self.ns.submit_load(&path, r.recursive, caller(&r.caller));
+        Ok(Response::new(SubmitLoadResponse { job: Some(job) }))
+    }
+
+    async fn get_load(&self, req: Request<GetLoadRequest>) -> Reply<GetLoadResponse> {
+        fault_rpc!("master.GetLoad", &req);
+        let r = req.into_inner();
+        let jobs = if r.job_id != 0 {
+            vec![self.ns.jobs.get(r.job_id)?]
+        } else if r.path.is_empty() {
+            self.ns.jobs.list("")
+        } else {
+            self.ns
+                .jobs
+                .list(&curvine_common::path::normalize(&r.path)?)
+        };
+        Ok(Response::new(GetLoadResponse { jobs }))
+    }
+
+    async fn cancel_load(&self, req: Request<CancelLoadRequest>) -> Reply<CancelLoadResponse> {
+        fault_rpc!("master.CancelLoad", &req);
+        let r = req.into_inner();
+        let job = self.ns.jobs.cancel(r.job_id)?;
+        Ok(Response::new(CancelLoadResponse { job: Some(job) }))
+    }
 }

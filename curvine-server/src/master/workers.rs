@@ -328,6 +328,7 @@ impl Namespace {
         }
         let paged = req.paged;
         let (resp, seq) = self.register_address(req)?;
+        self.jobs.worker_restarted(resp.worker_id);
         if paged {
             return Ok((resp, seq));
         }
@@ -479,6 +480,7 @@ impl Namespace {
                     delete_blocks: Vec::new(),
                     reregister: true,
                     copy_blocks: Vec::new(),
+                    load_blocks: Vec::new(),
                 },
                 0,
             ));
@@ -500,6 +502,7 @@ impl Namespace {
             })?
         };
         self.repl.finished(id, &req.copy_results);
+        self.jobs.finished(id, &req.load_results);
         if !req.bad_blocks.is_empty() {
             warn!(worker = id, blocks = ?req.bad_blocks, "scrubber found corrupt replicas");
             self.repl.note_bad(req.bad_blocks.len() as u64);
@@ -511,6 +514,7 @@ impl Namespace {
                     delete_blocks: Vec::new(),
                     reregister: true,
                     copy_blocks: Vec::new(),
+                    load_blocks: Vec::new(),
                 },
                 seq,
             ));
@@ -535,6 +539,8 @@ impl Namespace {
         w.freeing_sent = std::mem::take(&mut w.freeing);
         let copy_blocks = std::mem::take(&mut w.pending_copies);
         drop(m);
+        let live = self.workers.live_addresses();
+        let load_blocks = self.jobs.dispatch(id, |w| live.contains_key(&w));
         if back {
             // its replicas are live again: blocks counted missing may not be
             self.repl.mark();
@@ -544,6 +550,7 @@ impl Namespace {
                 delete_blocks,
                 reregister: false,
                 copy_blocks,
+                load_blocks,
             },
             seq,
         ))

@@ -84,6 +84,9 @@ impl MasterService for FakeMaster {
         get_mount(GetMountRequest) -> GetMountResponse;
         resync(ResyncRequest) -> ResyncResponse;
         free(FreeRequest) -> FreeResponse;
+        submit_load(SubmitLoadRequest) -> SubmitLoadResponse;
+        get_load(GetLoadRequest) -> GetLoadResponse;
+        cancel_load(CancelLoadRequest) -> CancelLoadResponse;
     }
 
     async fn register_worker(
