@@ -316,10 +316,26 @@ impl CurvineFs {
         let req = proto::OpenRequest {
             path: self.norm(path)?,
             caller: self.caller(),
+            exclude_fetchers: Vec::new(),
         };
         let r = rpc!(self, "open", Idempotent, req).await?;
         let status = status_of(r.status, "open")?;
         Ok(FsReader::new(self.clone(), status, r.blocks))
+    }
+
+    /// The blocks of `path` as `block_locations` gives them, with uncached blocks
+    /// given to workers other than `exclude` for fetching.
+    pub(crate) async fn blocks_avoiding(
+        &self,
+        path: &str,
+        exclude: &[u32],
+    ) -> FsResult<Vec<proto::LocatedBlock>> {
+        let req = proto::OpenRequest {
+            path: self.norm(path)?,
+            caller: self.caller(),
+            exclude_fetchers: exclude.to_vec(),
+        };
+        Ok(rpc!(self, "open", Idempotent, req).await?.blocks)
     }
 
     /// The blocks of a file and the workers holding each (for data locality).
@@ -327,6 +343,7 @@ impl CurvineFs {
         let req = proto::OpenRequest {
             path: self.norm(path)?,
             caller: self.caller(),
+            exclude_fetchers: Vec::new(),
         };
         Ok(rpc!(self, "open", Idempotent, req).await?.blocks)
     }

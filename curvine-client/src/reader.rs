@@ -40,7 +40,13 @@ pub struct FsReader {
     /// Bytes read from local block files since this reader last yielded its runtime
     /// thread (those reads never wait, see `read_some`).
     unyielded: usize,
+    /// Workers that failed to fetch an uncached block for this reader: the master
+    /// gives such blocks to other workers (see `refetcher`).
+    avoid: Vec<u32>,
 }
+
+/// Times one read asks the master for another fetcher of an uncached block.
+const MAX_REFETCH: u32 = 2;
 
 /// A reader served from local block files yields its runtime thread after this many
 /// bytes.
@@ -61,6 +67,7 @@ impl FsReader {
             failed: HashSet::new(),
             last_end: 0,
             unyielded: 0,
+            avoid: Vec::new(),
         }
     }
 
@@ -245,6 +252,44 @@ impl FsReader {
         self.blocks.partition_point(|b| b.offset + b.len <= offset)
     }
 
+    /// Block `bi` is not cached and its fetcher failed for another reason than the
+    /// store (the worker died, say): ask the master for another worker to fetch it,
+    /// or for the replica a load or another reader made meanwhile. True when block
+    /// `bi` has a new location to try.
+    async fn refetcher(&mut self, bi: usize, err: &Option<FsError>) -> bool {
+        let b = &self.blocks[bi];
+        if b.ufs.is_none() || matches!(err, Some(FsError::UnderStore { .. })) {
+            return false;
+        }
+        for l in &b.locations {
+            if !self.avoid.contains(&l.worker_id) {
+                self.avoid.push(l.worker_id);
+            }
+        }
+        let id = b.block_id;
+        match self
+            .fs
+            .blocks_avoiding(&self.status.path, &self.avoid)
+            .await
+        {
+            Ok(blocks) => match blocks.into_iter().find(|n| n.block_id == id) {
+                Some(n) if !n.locations.is_empty() => {
+                    warn!(
+                        block = id,
+                        "fetching worker failed; another one fetches the block"
+                    );
+                    self.blocks[bi] = n;
+                    true
+                }
+                _ => false,
+            },
+            Err(e) => {
+                warn!(block = id, error = %e, "cannot ask the master for another fetcher");
+                false
+            }
+        }
+    }
+
     /// Read from the block holding `offset`, at most to that block's end.
     async fn read_some(&mut self, offset: u64, dst: &mut [u8]) -> FsResult<usize> {
         // the hole past the data (the file was extended without writing) reads as zeros
@@ -273,6 +318,7 @@ impl FsReader {
         let dst = &mut dst[..n];
         let sequential = offset == self.last_end;
         let mut last_err: Option<FsError> = None;
+        let mut refetched = 0;
         loop {
             // serve from the open source when it can
             if let Some((sbi, sli, src)) = self.src.as_mut() {
@@ -311,6 +357,10 @@ impl FsReader {
                 .find(|&li| !self.failed.contains(&(bi, li)))
             else {
                 self.failed.retain(|&(b, _)| b != bi);
+                if refetched < MAX_REFETCH && self.refetcher(bi, &last_err).await {
+                    refetched += 1;
+                    continue;
+                }
                 return Err(last_err.unwrap_or_else(|| FsError::Unavailable {
                     message: format!("{}: block {block_id} has no live replica", self.status.path),
                 }));

@@ -331,3 +331,52 @@ fn concurrent_cold_readers_of_a_block_cause_one_store_read() {
         c.shutdown().await.unwrap();
     });
 }
+
+#[test]
+fn a_cold_read_finishes_on_another_worker_when_its_fetcher_is_lost() {
+    runtime().block_on(async {
+        let mut c = cluster(2).await;
+        let fs = CurvineFs::connect(c.client_conf()).await.unwrap();
+        let s3 = S3Server::start(&[BUCKET]).await.unwrap();
+        let v = data(3 * BS + 5, 600);
+        let objs = vec![("f".to_string(), v.clone())];
+        mount_with(&fs, &s3, &s3.endpoint(), "r2", "/r2", &objs).await;
+        fs.stat("/r2/f").await.unwrap();
+        // the first fetch hangs on whichever worker the master picked
+        let ws: Vec<String> = (0..2).map(|i| c.worker_addr(i).to_string()).collect();
+        fault::arm_at(
+            "worker.ufs_fetch",
+            &ws,
+            Fault::Delay(Duration::from_secs(600)),
+            Some(1),
+        );
+        let reader = {
+            let fs = fs.clone();
+            tokio::spawn(async move { fs.read_file("/r2/f").await })
+        };
+        wait_until(Duration::from_secs(20), || async {
+            ws.iter().any(|w| fault::fired("worker.ufs_fetch", [w]) > 0)
+        })
+        .await
+        .expect("a fetch started");
+        let lost = (0..2)
+            .find(|&i| fault::fired("worker.ufs_fetch", [&ws[i]]) > 0)
+            .unwrap();
+        c.stop_worker(lost).await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(30), reader)
+            .await
+            .expect("the read finished")
+            .unwrap()
+            .unwrap();
+        fault::clear_at("worker.ufs_fetch", &ws);
+        assert!(got == v, "the read differs");
+        for b in fs.block_locations("/r2/f").await.unwrap() {
+            assert!(
+                on_worker(&c, 1 - lost, b.block_id),
+                "block {} not fetched",
+                b.block_id
+            );
+        }
+        c.shutdown().await.unwrap();
+    });
+}

@@ -133,7 +133,12 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.Open", &req);
         let r = req.into_inner();
         self.ns.ufs_prepare(&r.path, false, false).await?;
-        let (st, blocks) = self.ns.open(&r.path, &caller(&r.caller))?;
+        let c = caller(&r.caller);
+        let (st, mut blocks) = self.ns.open(&r.path, &c)?;
+        if !r.exclude_fetchers.is_empty() {
+            self.ns
+                .avoid_fetchers(&mut blocks, &c.client_host, &r.exclude_fetchers);
+        }
         Ok(Response::new(OpenResponse {
             status: Some(st),
             blocks,

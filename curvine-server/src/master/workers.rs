@@ -165,9 +165,12 @@ impl Workers {
     /// The worker to fetch under-store block `block` for a reader on `host`: one on that
     /// host if any, else any live one; the same one for every reader of the block while
     /// the workers stay the same, so concurrent readers join one fetch.
-    pub fn pick_fetcher(&self, block: u64, host: &str) -> Option<BlockLocation> {
+    pub fn pick_fetcher(&self, block: u64, host: &str, exclude: &[u32]) -> Option<BlockLocation> {
         let m = self.read();
-        let mut live: Vec<&WorkerState> = m.values().filter(|w| self.alive(w)).collect();
+        let mut live: Vec<&WorkerState> = m
+            .values()
+            .filter(|w| self.alive(w) && !exclude.contains(&w.id))
+            .collect();
         live.sort_by_key(|w| w.id);
         let local: Vec<&WorkerState> = live
             .iter()
