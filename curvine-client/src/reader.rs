@@ -43,6 +43,8 @@ pub struct FsReader {
     /// Workers that failed to fetch an uncached block for this reader: the master
     /// gives such blocks to other workers (see `refetcher`).
     avoid: Vec<u32>,
+    /// Blocks up to this index had their under-store read-ahead started.
+    prefetched: usize,
 }
 
 /// Times one read asks the master for another fetcher of an uncached block.
@@ -68,6 +70,7 @@ impl FsReader {
             last_end: 0,
             unyielded: 0,
             avoid: Vec::new(),
+            prefetched: 0,
         }
     }
 
@@ -252,6 +255,49 @@ impl FsReader {
         self.blocks.partition_point(|b| b.offset + b.len <= offset)
     }
 
+    /// A sequential reader opens block `bi`: have the workers fetch the next uncached
+    /// under-store blocks (`client.ufs_read_ahead_blocks`), so they are cached, or on
+    /// their way, when the reader gets there. Each is a READ_OPEN naming the block's
+    /// store range and asking for its last byte, dropped once the worker answers: the
+    /// worker goes on fetching the whole block for its cache, and the reader later joins
+    /// that fetch (the master gives every reader of a block the same worker).
+    fn read_ahead_ufs(&mut self, bi: usize) {
+        let n = self.fs.conf().client.ufs_read_ahead_blocks as usize;
+        let upto = (bi + 1 + n).min(self.blocks.len());
+        let from = (bi + 1).max(self.prefetched);
+        if from >= upto {
+            return;
+        }
+        self.prefetched = upto;
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        for b in &self.blocks[from..upto] {
+            let (Some(u), Some(loc)) = (b.ufs.clone(), b.locations.first().cloned()) else {
+                continue;
+            };
+            if b.len == 0 {
+                continue;
+            }
+            let (fs, id, len) = (self.fs.clone(), b.block_id, b.len);
+            let opts = fs.read_opts();
+            rt.spawn(async move {
+                let r =
+                    BlockSource::open(&fs.inner.pool, id, len, &loc, len - 1, 1, Some(&u), &opts)
+                        .await;
+                match r {
+                    Ok(src) => {
+                        tracing::debug!(block = id, "under-store read-ahead started");
+                        drop(src);
+                    }
+                    Err(e) => {
+                        tracing::debug!(block = id, error = %e, "under-store read-ahead failed")
+                    }
+                }
+            });
+        }
+    }
+
     /// Block `bi` is not cached and its fetcher failed for another reason than the
     /// store (the worker died, say): ask the master for another worker to fetch it,
     /// or for the replica a load or another reader made meanwhile. True when block
@@ -372,6 +418,9 @@ impl FsReader {
                 n as u64
             };
             let want = want.min(block_len - in_off);
+            if sequential {
+                self.read_ahead_ufs(bi);
+            }
             let loc = self.blocks[bi].locations[li].clone();
             let ufs = self.blocks[bi].ufs.clone();
             let opts = self.fs.read_opts();

@@ -308,6 +308,9 @@ pub struct ClientConf {
     pub frame_size: ByteSize,
     /// How far ahead a remote reader asks the worker to stream.
     pub read_ahead: ByteSize,
+    /// Blocks past the one being read that a sequential reader of an under-store file
+    /// asks the workers to fetch from the store ahead (0 = none).
+    pub ufs_read_ahead_blocks: u32,
     pub connect_timeout: Dur,
     pub rpc_timeout: Dur,
     /// Attempts for idempotent master calls on a retryable error.
@@ -329,6 +332,7 @@ impl Default for ClientConf {
             verify_checksum: true,
             frame_size: ByteSize(1 << 20),
             read_ahead: ByteSize(16 << 20),
+            ufs_read_ahead_blocks: 1,
             connect_timeout: Dur(Duration::from_secs(5)),
             rpc_timeout: Dur(Duration::from_secs(30)),
             rpc_retries: 5,

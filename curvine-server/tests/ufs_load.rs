@@ -380,3 +380,41 @@ fn a_cold_read_finishes_on_another_worker_when_its_fetcher_is_lost() {
         c.shutdown().await.unwrap();
     });
 }
+
+#[test]
+fn a_sequential_reader_has_the_next_block_fetched_ahead() {
+    runtime().block_on(async {
+        let c = cluster(2).await;
+        let fs = CurvineFs::connect(c.client_conf()).await.unwrap();
+        let s3 = S3Server::start(&[BUCKET]).await.unwrap();
+        let v = data(4 * BS, 700);
+        let objs = vec![("f".to_string(), v.clone())];
+        mount_with(&fs, &s3, &s3.endpoint(), "r3", "/r3", &objs).await;
+        let blocks = fs.block_locations("/r3/f").await.unwrap();
+        assert_eq!(blocks.len(), 4);
+        // read the first block only
+        let mut r = fs.open("/r3/f").await.unwrap();
+        let mut b = vec![0u8; BS];
+        r.read_full(&mut b).await.unwrap();
+        assert!(b == v[..BS]);
+        wait_until(Duration::from_secs(10), || async {
+            on_a_worker(&c, blocks[1].block_id)
+        })
+        .await
+        .expect("the second block is fetched ahead");
+        // one block ahead (client.ufs_read_ahead_blocks = 1): the rest stays in the store
+        assert!(!on_a_worker(&c, blocks[2].block_id));
+        assert!(!on_a_worker(&c, blocks[3].block_id));
+        // the reader goes on through the prefetched block, and the next one is fetched
+        r.read_full(&mut b).await.unwrap();
+        assert!(b == v[BS..2 * BS]);
+        wait_until(Duration::from_secs(10), || async {
+            on_a_worker(&c, blocks[2].block_id)
+        })
+        .await
+        .expect("the third block is fetched ahead");
+        drop(r);
+        assert!(fs.read_file("/r3/f").await.unwrap() == v);
+        c.shutdown().await.unwrap();
+    });
+}
