@@ -375,6 +375,9 @@ async fn lead_fetch(
         return Err(e);
     }
     leading.end(Ok(()));
+    // the master learns of the replica now, so the next open reads it as a cached
+    // block (short-circuit on this host) instead of asking this worker to fetch it
+    ctx.store.early_heartbeat.request();
     info!(block = id, key = %u.key, len, "block fetched from the under-store");
     if let (true, Some(c)) = (client_ok, conn) {
         let mut h = header(DataOp::ReadEnd);
