@@ -26,9 +26,9 @@ use curvine_common::ClusterConf;
 #[derive(Parser, Debug, Clone)]
 #[command(name = "curvine-bench", about = "Curvine client throughput benchmark")]
 struct Args {
-    /// fs.write | fs.read | meta (Rust client), fuse.write | fuse.read (plain file I/O
-    /// under --dir, a directory of a Curvine FUSE mount), md (mdtest-like create, stat
-    /// and remove of empty files under --dir, on any file system)
+    /// fs.write | fs.read | meta | ufs.read (Rust client), fuse.write | fuse.read (plain
+    /// file I/O under --dir, a directory of a Curvine FUSE mount), md (mdtest-like create,
+    /// stat and remove of empty files under --dir, on any file system)
     #[arg(long)]
     action: String,
     /// Curvine directory the files live in.
@@ -67,7 +67,18 @@ struct Args {
     /// mkdir phase (0: all files in one directory).
     #[arg(long, default_value_t = 0)]
     meta_dirs: usize,
+    /// `ufs.read`: the S3 endpoint (credentials from $AWS_ACCESS_KEY_ID and
+    /// $AWS_SECRET_ACCESS_KEY) and bucket; --dir is where it is mounted.
+    #[arg(long, default_value = "http://127.0.0.1:9000")]
+    ufs_endpoint: String,
+    #[arg(long, default_value = "bench")]
+    ufs_bucket: String,
+    /// `ufs.read`: small objects under one prefix, for the listing figures.
+    #[arg(long, default_value_t = 10_000)]
+    list_objects: usize,
 }
+
+mod ufs;
 
 const MANIFEST: &str = "_bench_manifest";
 
@@ -128,8 +139,24 @@ fn run(args: Args) -> anyhow::Result<()> {
             "fs.write" => fs_write(&fs, &args).await,
             "fs.read" => fs_read(&fs, &args).await,
             "meta" => meta(&fs, &args).await,
+            "ufs.read" => {
+                ufs::ufs_read(
+                    &fs,
+                    &ufs::UfsArgs {
+                        dir: args.dir.clone(),
+                        endpoint: args.ufs_endpoint.clone(),
+                        bucket: args.ufs_bucket.clone(),
+                        threads: args.client_threads,
+                        file_size: args.file_size,
+                        file_num: args.file_num,
+                        buf_size: args.buf_size as usize,
+                        list_objects: args.list_objects,
+                    },
+                )
+                .await
+            }
             other => bail!(
-                "unknown action {other:?} (expected fs.write, fs.read, fuse.write, fuse.read or meta)"
+                "unknown action {other:?} (expected fs.write, fs.read, fuse.write, fuse.read, meta or ufs.read)"
             ),
         }
     })

@@ -261,4 +261,13 @@ impl MasterService for FakeMaster {
     async fn sync_journal(&self, _r: Request<SyncJournalRequest>) -> R<SyncJournalResponse> {
         Ok(Response::new(SyncJournalResponse {}))
     }
+    async fn submit_load(&self, _r: Request<SubmitLoadRequest>) -> R<SubmitLoadResponse> {
+        unimplemented()
+    }
+    async fn get_load(&self, _r: Request<GetLoadRequest>) -> R<GetLoadResponse> {
+        unimplemented()
+    }
+    async fn cancel_load(&self, _r: Request<CancelLoadRequest>) -> R<CancelLoadResponse> {
+        unimplemented()
+    }
 }

@@ -333,10 +333,26 @@ impl CurvineFs {
         let req = proto::OpenRequest {
             path: self.norm(path)?,
             caller: self.caller(),
+            exclude_fetchers: Vec::new(),
         };
         let r = rpc!(self, "open", Idempotent, req).await?;
         let status = status_of(r.status, "open")?;
         Ok(FsReader::new(self.clone(), status, r.blocks))
+    }
+
+    /// The blocks of `path` as `block_locations` gives them, with uncached blocks
+    /// given to workers other than `exclude` for fetching.
+    pub(crate) async fn blocks_avoiding(
+        &self,
+        path: &str,
+        exclude: &[u32],
+    ) -> FsResult<Vec<proto::LocatedBlock>> {
+        let req = proto::OpenRequest {
+            path: self.norm(path)?,
+            caller: self.caller(),
+            exclude_fetchers: exclude.to_vec(),
+        };
+        Ok(rpc!(self, "open", Idempotent, req).await?.blocks)
     }
 
     /// The blocks of a file and the workers holding each (for data locality).
@@ -344,6 +360,7 @@ impl CurvineFs {
         let req = proto::OpenRequest {
             path: self.norm(path)?,
             caller: self.caller(),
+            exclude_fetchers: Vec::new(),
         };
         Ok(rpc!(self, "open", Idempotent, req).await?.blocks)
     }
@@ -633,6 +650,55 @@ impl CurvineFs {
             caller: self.caller(),
         };
         rpc!(self, "free", Idempotent, req).await
+    }
+
+    /// Start a load job on the master for the files at `path` (under it with
+    /// `recursive`): their blocks are fetched from the under-store into the cache.
+    pub async fn submit_load(&self, path: &str, recursive: bool) -> FsResult<proto::LoadJob> {
+        let req = proto::SubmitLoadRequest {
+            path: self.norm(path)?,
+            recursive,
+            caller: self.caller(),
+        };
+        let r: proto::SubmitLoadResponse = rpc!(self, "submit_load", Mutation, req).await?;
+        r.job
+            .ok_or_else(|| FsError::protocol("submit_load: no job in the reply"))
+    }
+
+    /// Load job `id`.
+    pub async fn load_job(&self, id: u64) -> FsResult<proto::LoadJob> {
+        let req = proto::GetLoadRequest {
+            job_id: id,
+            path: String::new(),
+        };
+        let r: proto::GetLoadResponse = rpc!(self, "get_load", Idempotent, req).await?;
+        r.jobs
+            .into_iter()
+            .next()
+            .ok_or_else(|| FsError::not_found(format!("load job {id}")))
+    }
+
+    /// The load jobs of `path` (every job the master keeps when empty), oldest first.
+    pub async fn load_jobs(&self, path: &str) -> FsResult<Vec<proto::LoadJob>> {
+        let path = if path.is_empty() {
+            String::new()
+        } else {
+            self.norm(path)?
+        };
+        let req = proto::GetLoadRequest { job_id: 0, path };
+        let r: proto::GetLoadResponse = rpc!(self, "get_load", Idempotent, req).await?;
+        Ok(r.jobs)
+    }
+
+    /// Cancel load job `id`; blocks loaded so far stay cached.
+    pub async fn cancel_load(&self, id: u64) -> FsResult<proto::LoadJob> {
+        let req = proto::CancelLoadRequest {
+            job_id: id,
+            caller: self.caller(),
+        };
+        let r: proto::CancelLoadResponse = rpc!(self, "cancel_load", Idempotent, req).await?;
+        r.job
+            .ok_or_else(|| FsError::protocol("cancel_load: no job in the reply"))
     }
 
     /// Cluster capacity and usage, per worker and tier.

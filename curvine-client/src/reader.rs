@@ -40,7 +40,15 @@ pub struct FsReader {
     /// Bytes read from local block files since this reader last yielded its runtime
     /// thread (those reads never wait, see `read_some`).
     unyielded: usize,
+    /// Workers that failed to fetch an uncached block for this reader: the master
+    /// gives such blocks to other workers (see `refetcher`).
+    avoid: Vec<u32>,
+    /// Blocks up to this index had their under-store read-ahead started.
+    prefetched: usize,
 }
+
+/// Times one read asks the master for another fetcher of an uncached block.
+const MAX_REFETCH: u32 = 2;
 
 /// A reader served from local block files yields its runtime thread after this many
 /// bytes.
@@ -61,6 +69,8 @@ impl FsReader {
             failed: HashSet::new(),
             last_end: 0,
             unyielded: 0,
+            avoid: Vec::new(),
+            prefetched: 0,
         }
     }
 
@@ -245,6 +255,87 @@ impl FsReader {
         self.blocks.partition_point(|b| b.offset + b.len <= offset)
     }
 
+    /// A sequential reader opens block `bi`: have the workers fetch the next uncached
+    /// under-store blocks (`client.ufs_read_ahead_blocks`), so they are cached, or on
+    /// their way, when the reader gets there. Each is a READ_OPEN naming the block's
+    /// store range and asking for its last byte, dropped once the worker answers: the
+    /// worker goes on fetching the whole block for its cache, and the reader later joins
+    /// that fetch (the master gives every reader of a block the same worker).
+    fn read_ahead_ufs(&mut self, bi: usize) {
+        let n = self.fs.conf().client.ufs_read_ahead_blocks as usize;
+        let upto = (bi + 1 + n).min(self.blocks.len());
+        let from = (bi + 1).max(self.prefetched);
+        if from >= upto {
+            return;
+        }
+        self.prefetched = upto;
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        for b in &self.blocks[from..upto] {
+            let (Some(u), Some(loc)) = (b.ufs.clone(), b.locations.first().cloned()) else {
+                continue;
+            };
+            if b.len == 0 {
+                continue;
+            }
+            let (fs, id, len) = (self.fs.clone(), b.block_id, b.len);
+            let opts = fs.read_opts();
+            rt.spawn(async move {
+                let r =
+                    BlockSource::open(&fs.inner.pool, id, len, &loc, len - 1, 1, Some(&u), &opts)
+                        .await;
+                match r {
+                    Ok(src) => {
+                        tracing::debug!(block = id, "under-store read-ahead started");
+                        drop(src);
+                    }
+                    Err(e) => {
+                        tracing::debug!(block = id, error = %e, "under-store read-ahead failed")
+                    }
+                }
+            });
+        }
+    }
+
+    /// Block `bi` is not cached and its fetcher failed for another reason than the
+    /// store (the worker died, say): ask the master for another worker to fetch it,
+    /// or for the replica a load or another reader made meanwhile. True when block
+    /// `bi` has a new location to try.
+    async fn refetcher(&mut self, bi: usize, err: &Option<FsError>) -> bool {
+        let b = &self.blocks[bi];
+        if b.ufs.is_none() || matches!(err, Some(FsError::UnderStore { .. })) {
+            return false;
+        }
+        for l in &b.locations {
+            if !self.avoid.contains(&l.worker_id) {
+                self.avoid.push(l.worker_id);
+            }
+        }
+        let id = b.block_id;
+        match self
+            .fs
+            .blocks_avoiding(&self.status.path, &self.avoid)
+            .await
+        {
+            Ok(blocks) => match blocks.into_iter().find(|n| n.block_id == id) {
+                Some(n) if !n.locations.is_empty() => {
+                    warn!(
+                        block = id,
+                        "fetching worker failed; another one fetches the block"
+                    );
+                    self.blocks[bi] = n;
+                    true
+                }
+                _ => false,
+            },
+            Err(e) => {
+                warn!(block = id, error = %e, "cannot ask the master for another fetcher");
+                false
+            }
+        }
+    }
+
     /// Read from the block holding `offset`, at most to that block's end.
     async fn read_some(&mut self, offset: u64, dst: &mut [u8]) -> FsResult<usize> {
         // the hole past the data (the file was extended without writing) reads as zeros
@@ -273,6 +364,7 @@ impl FsReader {
         let dst = &mut dst[..n];
         let sequential = offset == self.last_end;
         let mut last_err: Option<FsError> = None;
+        let mut refetched = 0;
         loop {
             // serve from the open source when it can
             if let Some((sbi, sli, src)) = self.src.as_mut() {
@@ -311,6 +403,10 @@ impl FsReader {
                 .find(|&li| !self.failed.contains(&(bi, li)))
             else {
                 self.failed.retain(|&(b, _)| b != bi);
+                if refetched < MAX_REFETCH && self.refetcher(bi, &last_err).await {
+                    refetched += 1;
+                    continue;
+                }
                 return Err(last_err.unwrap_or_else(|| FsError::Unavailable {
                     message: format!("{}: block {block_id} has no live replica", self.status.path),
                 }));
@@ -322,6 +418,9 @@ impl FsReader {
                 n as u64
             };
             let want = want.min(block_len - in_off);
+            if sequential {
+                self.read_ahead_ufs(bi);
+            }
             let loc = self.blocks[bi].locations[li].clone();
             let ufs = self.blocks[bi].ufs.clone();
             let opts = self.fs.read_opts();

@@ -376,8 +376,35 @@ fn cv_mount_lists_loads_frees_and_unmounts_without_printing_secrets() {
         String::from_utf8_lossy(&load.stderr)
     );
     let progress = String::from_utf8_lossy(&load.stderr);
-    assert!(progress.contains("2/2 files"), "{progress}");
+    assert!(progress.contains("files 2/2"), "{progress}");
     assert!(String::from_utf8_lossy(&load.stdout).contains("loaded 2 files"));
+    // a job in the background, then its status by id and by path
+    let id = ok(&conf, &["load", "--no-wait", "-r", "/cli-file"]);
+    let id = id.trim();
+    assert!(id.parse::<u64>().is_ok(), "{id}");
+    let mut status = String::new();
+    for _ in 0..100 {
+        status = ok(&conf, &["load", "--status", id]);
+        if !status.contains(" running ") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        status.starts_with(&format!("job {id} done /cli-file: files 2/2")),
+        "{status}"
+    );
+    let by_path = ok(&conf, &["load", "--status", "/cli-file"]);
+    assert_eq!(by_path.lines().count(), 2, "{by_path}");
+    let cancelled = ok(&conf, &["load", "--cancel", id]);
+    assert!(
+        cancelled.contains(" done "),
+        "an ended job stays as it ended: {cancelled}"
+    );
+    let unknown = cv(&conf, &["load", "--status", "99999"]);
+    assert!(!unknown.status.success());
+    let report = ok(&conf, &["report"]);
+    assert!(report.contains("load jobs running: 0"), "{report}");
     let freed = ok(&conf, &["free", "/cli-file"]);
     assert!(freed.starts_with("freed "), "{freed}");
     let resync = ok(&conf, &["mount", "resync", "/cli-file"]);

@@ -85,6 +85,8 @@ pub struct MasterConf {
     pub replication_per_worker: u32,
     /// A copy not reported done within this time is given up (and rescheduled).
     pub replication_timeout: Dur,
+    /// Blocks of load jobs (`cv load`) in flight per worker.
+    pub load_per_worker: u32,
     /// Memory for RocksDB memtables, all column families together: the master's
     /// memory stays bounded as the namespace grows.
     pub meta_write_buffer: ByteSize,
@@ -127,6 +129,7 @@ impl Default for MasterConf {
             replication_max_inflight: 64,
             replication_per_worker: 4,
             replication_timeout: Dur(Duration::from_secs(120)),
+            load_per_worker: 4,
             meta_write_buffer: ByteSize(4 << 20),
             meta_cache: ByteSize(1 << 20),
             dir_cache_entries: 65536,
@@ -308,6 +311,9 @@ pub struct ClientConf {
     pub frame_size: ByteSize,
     /// How far ahead a remote reader asks the worker to stream.
     pub read_ahead: ByteSize,
+    /// Blocks past the one being read that a sequential reader of an under-store file
+    /// asks the workers to fetch from the store ahead (0 = none).
+    pub ufs_read_ahead_blocks: u32,
     pub connect_timeout: Dur,
     pub rpc_timeout: Dur,
     /// Attempts for idempotent master calls on a retryable error.
@@ -329,6 +335,7 @@ impl Default for ClientConf {
             verify_checksum: true,
             frame_size: ByteSize(1 << 20),
             read_ahead: ByteSize(16 << 20),
+            ufs_read_ahead_blocks: 1,
             connect_timeout: Dur(Duration::from_secs(5)),
             rpc_timeout: Dur(Duration::from_secs(30)),
             rpc_retries: 5,

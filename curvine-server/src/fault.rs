@@ -17,6 +17,9 @@
 //!   write; scope = the worker's `host:port`. `Delay` sleeps, `Error` answers an ERROR
 //!   frame, `Drop` closes the connection mid-stream without an error frame (a read sends
 //!   its first data frame first; a write takes its first data frame first).
+//! - `worker.ufs_fetch`, before a worker fetches a block from the under-store (a read
+//!   through or a load job's block); scope = the worker's `host:port`. `Delay` sleeps,
+//!   `Error` fails the fetch with that error (nothing is kept).
 //! - `disk.write_chunk` (each payload written to a staging file), `disk.commit` (the
 //!   staging -> blocks rename), `disk.read_chunk` (each pread of a remote read); scope =
 //!   the worker's `host:port`. `Os(errno)` fails the syscall with that errno (ENOSPC

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use curvine_common::mount::is_secret_option;
 use curvine_common::{FsError, FsResult};
-use futures_util::TryStreamExt;
+use futures_util::{StreamExt, TryStreamExt};
 use opendal::{ErrorKind, Metadata, Operator};
 
 /// How long the mount-time check (listing the root) may take.
@@ -237,6 +237,8 @@ pub async fn list_dir(uri: &str, op: &Operator, key: &str) -> FsResult<Vec<Objec
         Err(e) => return Err(err(e)),
     };
     let mut out = Vec::new();
+    // entries whose listing lacks an ETag or mtime (s3s-fs lists no ETags): stat them
+    let mut incomplete = Vec::new();
     while let Some(entry) = l.try_next().await.map_err(err)? {
         let path = entry.path();
         if path == dir || path.trim_start_matches('/') == dir.trim_start_matches('/') {
@@ -247,15 +249,31 @@ pub async fn list_dir(uri: &str, op: &Operator, key: &str) -> FsResult<Vec<Objec
             continue;
         }
         let m = entry.metadata();
-        let mut o = Object::from_meta(name, m);
+        let o = Object::from_meta(name, m);
         if !o.dir && (m.last_modified().is_none() || m.etag().is_none()) {
-            let m = op.stat(path).await.map_err(|e| store_err(uri, path, &e))?;
-            o = Object::from_meta(name, &m);
+            incomplete.push((out.len(), path.to_string()));
         }
         out.push(o);
     }
+    // concurrently: one at a time, a listing waits a round trip per object
+    let mut stats =
+        futures_util::stream::iter(incomplete.into_iter().map(|(i, path)| async move {
+            let m = op
+                .stat(&path)
+                .await
+                .map_err(|e| store_err(uri, &path, &e))?;
+            Ok::<_, FsError>((i, m))
+        }))
+        .buffer_unordered(STATS_IN_FLIGHT);
+    while let Some((i, m)) = stats.try_next().await? {
+        let name = std::mem::take(&mut out[i].name);
+        out[i] = Object::from_meta(&name, &m);
+    }
     Ok(out)
 }
+
+/// Stats in flight while a listing fills in what the store's listing left out.
+const STATS_IN_FLIGHT: usize = 16;
 
 /// `options` as they may be logged: secrets out.
 pub fn loggable(options: &HashMap<String, String>) -> String {

@@ -356,7 +356,11 @@ fn any_call() -> impl Strategy<Value = Call> {
                 caller
             })
         ),
-        (any_path(), caller()).prop_map(|(path, caller)| Call::Open(OpenRequest { path, caller })),
+        (any_path(), caller()).prop_map(|(path, caller)| Call::Open(OpenRequest {
+            path,
+            caller,
+            exclude_fetchers: vec![],
+        })),
         (
             0u32..6,
             proptest::collection::vec((any::<u64>(), any::<u64>(), 0i32..6), 0..4),
@@ -378,6 +382,7 @@ fn any_call() -> impl Strategy<Value = Call> {
                         })
                         .collect(),
                     bad_blocks: vec![],
+                    load_results: vec![],
                     scrubbed_bytes,
                     tiers: vec![],
                     tasks: vec![],

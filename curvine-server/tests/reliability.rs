@@ -75,6 +75,7 @@ async fn blocks_of(fs: &CurvineFs, path: &str) -> Vec<LocatedBlock> {
     let mut req = tonic::Request::new(curvine_common::proto::OpenRequest {
         path: path.into(),
         caller: Some(fs.caller_info()),
+        exclude_fetchers: vec![],
     });
     let token = &fs.conf().cluster.auth_token;
     if !token.is_empty() {

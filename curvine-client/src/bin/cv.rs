@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
+use curvine_client::proto::{LoadJob, LoadState};
 use curvine_client::stdout::{self, Stdout};
 use curvine_client::{
     ClusterConf, CreateOptions, CurvineFs, FileStatus, FileType, FsError, SetAttr, StorageTier,
@@ -41,12 +42,23 @@ enum Cmd {
     Umount { path: String },
     /// Drop the cached blocks of under-store files (their entries stay).
     Free { path: String },
-    /// Read files of a mount into the cache through the workers.
+    /// Load files of a mount into the cache: a job the master runs on the workers,
+    /// shown with a progress bar until it ends.
     Load {
         /// Load every file under PATH.
         #[arg(short = 'r', long)]
         recursive: bool,
-        path: String,
+        /// Print the job id and return at once.
+        #[arg(long)]
+        no_wait: bool,
+        /// Show job JOB (a number), or the jobs of a path.
+        #[arg(long, value_name = "JOB|PATH", conflicts_with_all = ["cancel", "path"])]
+        status: Option<String>,
+        /// Cancel job JOB (what it loaded stays cached).
+        #[arg(long, value_name = "JOB", conflicts_with = "path")]
+        cancel: Option<u64>,
+        #[arg(required_unless_present_any = ["status", "cancel"])]
+        path: Option<String>,
     },
 }
 
@@ -271,7 +283,24 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             )?;
             Ok(out.flush()?)
         }
-        Cmd::Load { recursive, path } => load(&fs, &path, recursive).await,
+        Cmd::Load {
+            status: Some(s), ..
+        } => load_status(&fs, &s).await,
+        Cmd::Load {
+            cancel: Some(id), ..
+        } => {
+            let j = fs.cancel_load(id).await?;
+            let mut out = Stdout::lock();
+            writeln!(out, "{}", job_line(&j))?;
+            Ok(out.flush()?)
+        }
+        Cmd::Load {
+            recursive,
+            no_wait,
+            path: Some(path),
+            ..
+        } => load(&fs, &path, recursive, no_wait).await,
+        Cmd::Load { .. } => bail!("load: name a PATH, --status or --cancel"),
     }
 }
 
@@ -555,62 +584,137 @@ fn mounts_json(mounts: &[curvine_common::proto::MountInfo]) -> String {
     format!("[{}]", items.join(","))
 }
 
-/// Read every file at (or with `recursive`, under) `path` through the workers, so each
-/// block not cached yet is fetched into the cache; a line per file and a summary.
-async fn load(fs: &CurvineFs, path: &str, recursive: bool) -> anyhow::Result<()> {
-    let st = fs.stat(path).await?;
-    let mut files = Vec::new();
-    if st.file_type == FileType::Dir as i32 {
-        let mut stack = vec![st.path.clone()];
-        while let Some(dir) = stack.pop() {
-            for e in fs.list(&dir).await? {
-                if e.file_type == FileType::Dir as i32 {
-                    if recursive {
-                        stack.push(e.path.clone());
-                    }
-                } else if e.file_type == FileType::File as i32 {
-                    files.push(e);
-                }
-            }
-        }
+/// Submit a load job for `path` and follow it to its end: a progress bar on a
+/// terminal, a line every few seconds otherwise, then a summary. Ctrl-C cancels the
+/// job. Fails when the job did not load everything.
+async fn load(fs: &CurvineFs, path: &str, recursive: bool, no_wait: bool) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    use std::time::{Duration, Instant};
+
+    let job = fs.submit_load(path, recursive).await?;
+    if no_wait {
+        let mut out = Stdout::lock();
+        writeln!(out, "{}", job.id)?;
+        return Ok(out.flush()?);
+    }
+    let tty = std::io::stderr().is_terminal();
+    let bar = if tty {
+        let b = indicatif::ProgressBar::new(0);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} load {prefix} [{elapsed_precise}] [{wide_bar}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}",
+            )?
+            .progress_chars("=> "),
+        );
+        b.set_prefix(format!("job {}", job.id));
+        b.enable_steady_tick(Duration::from_millis(200));
+        b
     } else {
-        files.push(st);
-    }
-    let total: u64 = files.iter().map(|f| f.len).sum();
-    let start = std::time::Instant::now();
-    let mut done = 0u64;
-    let mut buf = vec![0u8; 4 << 20];
+        indicatif::ProgressBar::hidden()
+    };
+    let mut last_line = Instant::now();
     let mut err = std::io::stderr();
-    for (i, f) in files.iter().enumerate() {
-        let mut r = fs.open(&f.path).await?;
-        loop {
-            let n = r.read(&mut buf).await?;
-            if n == 0 {
-                break;
-            }
-            done += n as u64;
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let j = loop {
+        let j = fs.load_job(job.id).await?;
+        bar.set_length(j.bytes_total);
+        bar.set_position(j.bytes_done);
+        bar.set_message(format!("files {}/{}", j.files_done, j.files_total));
+        if j.state != LoadState::LoadRunning as i32 {
+            break j;
         }
-        let secs = start.elapsed().as_secs_f64().max(1e-3);
-        writeln!(
-            err,
-            "load: {}/{} files  {}/{}  {}/s  {}",
-            i + 1,
-            files.len(),
-            human(done),
-            human(total),
-            human((done as f64 / secs) as u64),
-            f.path
-        )?;
+        if !tty && last_line.elapsed() >= Duration::from_secs(2) {
+            writeln!(err, "{}", job_line(&j))?;
+            last_line = Instant::now();
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            _ = &mut ctrl_c => {
+                bar.abandon();
+                let j = fs.cancel_load(job.id).await?;
+                writeln!(err, "{}", job_line(&j))?;
+                bail!("load {path}: job {} cancelled", job.id);
+            }
+        }
+    };
+    bar.finish_and_clear();
+    if !tty {
+        writeln!(err, "{}", job_line(&j))?;
     }
+    let secs = (j.elapsed_ms as f64 / 1000.0).max(1e-3);
     let mut out = Stdout::lock();
     writeln!(
         out,
-        "loaded {} files, {} in {:.1}s",
-        files.len(),
-        human(done),
-        start.elapsed().as_secs_f64()
+        "loaded {} files, {} in {:.1}s ({}/s), job {}",
+        j.files_done,
+        human(j.bytes_done),
+        secs,
+        human((j.bytes_done as f64 / secs) as u64),
+        j.id
     )?;
+    out.flush()?;
+    for e in &j.errors {
+        writeln!(err, "load: {e}")?;
+    }
+    match LoadState::try_from(j.state) {
+        Ok(LoadState::LoadDone) => Ok(()),
+        Ok(LoadState::LoadCancelled) => bail!("load {path}: job {} was cancelled", j.id),
+        _ => bail!(
+            "load {path}: {} of {} files not loaded ({} blocks failed)",
+            j.files_failed,
+            j.files_total,
+            j.blocks_failed
+        ),
+    }
+}
+
+/// `cv load --status JOB|PATH`: a line per job.
+async fn load_status(fs: &CurvineFs, what: &str) -> anyhow::Result<()> {
+    let jobs = match what.parse::<u64>() {
+        Ok(id) => vec![fs.load_job(id).await?],
+        Err(_) => fs.load_jobs(what).await?,
+    };
+    if jobs.is_empty() {
+        bail!("load: no job for {what}");
+    }
+    let mut out = Stdout::lock();
+    for j in &jobs {
+        writeln!(out, "{}", job_line(j))?;
+        for e in &j.errors {
+            writeln!(out, "  error: {e}")?;
+        }
+    }
     Ok(out.flush()?)
+}
+
+/// One line saying where load job `j` is.
+fn job_line(j: &LoadJob) -> String {
+    let state = match LoadState::try_from(j.state) {
+        Ok(LoadState::LoadRunning) => "running",
+        Ok(LoadState::LoadDone) => "done",
+        Ok(LoadState::LoadFailed) => "failed",
+        Ok(LoadState::LoadCancelled) => "cancelled",
+        Err(_) => "unknown",
+    };
+    let secs = (j.elapsed_ms as f64 / 1000.0).max(1e-3);
+    format!(
+        "job {} {} {}: files {}/{} ({} failed)  {}/{}  blocks {}/{} ({} in flight, {} failed)  {}/s  {:.1}s",
+        j.id,
+        state,
+        j.path,
+        j.files_done,
+        j.files_total,
+        j.files_failed,
+        human(j.bytes_done),
+        human(j.bytes_total),
+        j.blocks_done,
+        j.blocks_total,
+        j.blocks_in_flight,
+        j.blocks_failed,
+        human((j.bytes_done as f64 / secs) as u64),
+        secs
+    )
 }
 
 /// `put` into an existing directory keeps the local file's name.
@@ -694,6 +798,10 @@ async fn report(fs: &CurvineFs) -> anyhow::Result<()> {
     writeln!(out, "master tasks:")?;
     for t in &r.tasks {
         writeln!(out, "  {}", task_line(t))?;
+    }
+    writeln!(out, "load jobs running: {}", r.load_jobs.len())?;
+    for j in &r.load_jobs {
+        writeln!(out, "  {}", job_line(j))?;
     }
     let live = r.workers.iter().filter(|w| w.alive).count();
     writeln!(

@@ -221,6 +221,7 @@ impl Namespace {
             copies_failed: rs.failed,
             bad_replicas: rs.bad_replicas,
             tasks: self.tasks.report(),
+            load_jobs: self.jobs.running(),
         }
     }
 }

@@ -13,6 +13,7 @@ mod changes;
 mod files;
 mod framed;
 mod inode_cache;
+mod jobs;
 mod lease;
 mod metered;
 mod mounts;

@@ -43,6 +43,8 @@ pub struct Namespace {
     pub(super) mounts: super::mounts::Mounts,
     /// The master's background tasks (started by `master::run`, listed by `report`).
     pub(super) tasks: curvine_common::tasks::Tasks,
+    /// Load jobs (in memory).
+    pub(super) jobs: super::jobs::Jobs,
 }
 
 /// Read access shared by the store (lock-free reads) and a transaction (its own
@@ -466,7 +468,9 @@ impl Namespace {
         let tasks = curvine_common::tasks::Tasks::new(&Default::default());
         let syncer = Syncer::start(store.clone(), sync, &tasks)?;
         let mounts = super::mounts::Mounts::load(&store)?;
+        let jobs = super::jobs::Jobs::new(conf.load_per_worker);
         let ns = Namespace {
+            jobs,
             store,
             conf,
             mu: Mutex::new(counters),

@@ -140,7 +140,12 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.Open", &req);
         let r = req.into_inner();
         self.ns.ufs_prepare(&r.path, false, false).await?;
-        let (st, blocks) = self.ns.open(&r.path, &caller(&r.caller))?;
+        let c = caller(&r.caller);
+        let (st, mut blocks) = self.ns.open(&r.path, &c)?;
+        if !r.exclude_fetchers.is_empty() {
+            self.ns
+                .avoid_fetchers(&mut blocks, &c.client_host, &r.exclude_fetchers);
+        }
         Ok(Response::new(OpenResponse {
             status: Some(st),
             blocks,
@@ -378,5 +383,35 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.SyncJournal", &req);
         self.ns.syncer.wait(self.ns.syncer.last_written()).await?;
         Ok(Response::new(SyncJournalResponse {}))
+    }
+
+    async fn submit_load(&self, req: Request<SubmitLoadRequest>) -> Reply<SubmitLoadResponse> {
+        fault_rpc!("master.SubmitLoad", &req);
+        let r = req.into_inner();
+        let path = curvine_common::path::normalize(&r.path)?;
+        let job = self.ns.submit_load(&path, r.recursive, caller(&r.caller));
+        Ok(Response::new(SubmitLoadResponse { job: Some(job) }))
+    }
+
+    async fn get_load(&self, req: Request<GetLoadRequest>) -> Reply<GetLoadResponse> {
+        fault_rpc!("master.GetLoad", &req);
+        let r = req.into_inner();
+        let jobs = if r.job_id != 0 {
+            vec![self.ns.jobs.get(r.job_id)?]
+        } else if r.path.is_empty() {
+            self.ns.jobs.list("")
+        } else {
+            self.ns
+                .jobs
+                .list(&curvine_common::path::normalize(&r.path)?)
+        };
+        Ok(Response::new(GetLoadResponse { jobs }))
+    }
+
+    async fn cancel_load(&self, req: Request<CancelLoadRequest>) -> Reply<CancelLoadResponse> {
+        fault_rpc!("master.CancelLoad", &req);
+        let r = req.into_inner();
+        let job = self.ns.jobs.cancel(r.job_id)?;
+        Ok(Response::new(CancelLoadResponse { job: Some(job) }))
     }
 }

@@ -127,6 +127,7 @@ async fn serves_and_keeps_acknowledged_state_across_restart() {
         .open(OpenRequest {
             path: "/data".into(),
             caller: caller(),
+            exclude_fetchers: vec![],
         })
         .await
         .unwrap_err();

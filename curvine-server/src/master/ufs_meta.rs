@@ -546,7 +546,7 @@ impl Namespace {
             if !b.locations.is_empty() {
                 continue;
             }
-            let Some(loc) = self.workers.pick_fetcher(b.block_id, client_host) else {
+            let Some(loc) = self.workers.pick_fetcher(b.block_id, client_host, &[]) else {
                 continue;
             };
             b.locations = vec![loc];
@@ -562,6 +562,27 @@ impl Namespace {
                     ino.storage_tier
                 },
             });
+        }
+    }
+}
+
+impl Namespace {
+    /// For `open` with workers to avoid: each block `assign_fetchers` gave to one of
+    /// `exclude` gets another live worker (none if there is no other).
+    pub(super) fn avoid_fetchers(
+        &self,
+        blocks: &mut [LocatedBlock],
+        client_host: &str,
+        exclude: &[u32],
+    ) {
+        for b in blocks.iter_mut().filter(|b| b.ufs.is_some()) {
+            if b.locations.iter().any(|l| exclude.contains(&l.worker_id)) {
+                b.locations = self
+                    .workers
+                    .pick_fetcher(b.block_id, client_host, exclude)
+                    .into_iter()
+                    .collect();
+            }
         }
     }
 }

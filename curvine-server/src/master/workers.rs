@@ -167,9 +167,12 @@ impl Workers {
     /// The worker to fetch under-store block `block` for a reader on `host`: one on that
     /// host if any, else any live one; the same one for every reader of the block while
     /// the workers stay the same, so concurrent readers join one fetch.
-    pub fn pick_fetcher(&self, block: u64, host: &str) -> Option<BlockLocation> {
+    pub fn pick_fetcher(&self, block: u64, host: &str, exclude: &[u32]) -> Option<BlockLocation> {
         let m = self.read();
-        let mut live: Vec<&WorkerState> = m.values().filter(|w| self.alive(w)).collect();
+        let mut live: Vec<&WorkerState> = m
+            .values()
+            .filter(|w| self.alive(w) && !exclude.contains(&w.id))
+            .collect();
         live.sort_by_key(|w| w.id);
         let local: Vec<&WorkerState> = live
             .iter()
@@ -332,6 +335,7 @@ impl Namespace {
         }
         let paged = req.paged;
         let (resp, seq) = self.register_address(req)?;
+        self.jobs.worker_restarted(resp.worker_id);
         if paged {
             return Ok((resp, seq));
         }
@@ -483,6 +487,7 @@ impl Namespace {
                     delete_blocks: Vec::new(),
                     reregister: true,
                     copy_blocks: Vec::new(),
+                    load_blocks: Vec::new(),
                 },
                 0,
             ));
@@ -504,6 +509,7 @@ impl Namespace {
             })?
         };
         self.repl.finished(id, &req.copy_results);
+        self.jobs.finished(id, &req.load_results);
         if !req.bad_blocks.is_empty() {
             warn!(worker = id, blocks = ?req.bad_blocks, "scrubber found corrupt replicas");
             self.repl.note_bad(req.bad_blocks.len() as u64);
@@ -515,6 +521,7 @@ impl Namespace {
                     delete_blocks: Vec::new(),
                     reregister: true,
                     copy_blocks: Vec::new(),
+                    load_blocks: Vec::new(),
                 },
                 seq,
             ));
@@ -542,6 +549,8 @@ impl Namespace {
         w.freeing_sent = std::mem::take(&mut w.freeing);
         let copy_blocks = std::mem::take(&mut w.pending_copies);
         drop(m);
+        let live = self.workers.live_addresses();
+        let load_blocks = self.jobs.dispatch(id, |w| live.contains_key(&w));
         if back {
             // its replicas are live again: blocks counted missing may not be
             self.repl.mark();
@@ -551,6 +560,7 @@ impl Namespace {
                 delete_blocks,
                 reregister: false,
                 copy_blocks,
+                load_blocks,
             },
             seq,
         ))

@@ -91,6 +91,16 @@ impl EarlyHeartbeat {
         g.answered >= mine
     }
 
+    /// Ask for a heartbeat soon, without waiting for it (results to report).
+    pub fn request(&self) {
+        let mut g = self.state();
+        if g.wait.is_none() {
+            return;
+        }
+        g.asked += 1;
+        self.wake.notify_one();
+    }
+
     /// The heartbeat task is registered (`Some(interval)`) or not (`None`); waiters
     /// return when it is not.
     pub(super) fn set_registered(&self, interval: Option<Duration>) {
@@ -346,6 +356,8 @@ impl Session {
             Some(c) => c.bg.take_report(),
             None => (Vec::new(), Vec::new()),
         };
+        let loads = self.copy.as_ref().and_then(|c| c.loads.clone());
+        let load_results = loads.as_ref().map(|l| l.take_results()).unwrap_or_default();
         let req = HeartbeatRequest {
             worker_id: self.worker_id,
             tiers: self.store.tier_reports(),
@@ -355,6 +367,7 @@ impl Session {
             bad_blocks: bad_blocks.clone(),
             scrubbed_bytes: self.copy.as_ref().map_or(0, |c| scrubbed(&c.bg)),
             tasks: self.all.as_ref().map(Tasks::report).unwrap_or_default(),
+            load_results: load_results.clone(),
         };
         let resp = match client.heartbeat(self.request(req)?).await {
             Ok(r) => r.into_inner(),
@@ -362,6 +375,9 @@ impl Session {
                 self.store.restore_pending(added, removed);
                 if let Some(c) = &self.copy {
                     c.bg.restore_report(copy_results, bad_blocks);
+                }
+                if let Some(l) = &loads {
+                    l.restore_results(load_results);
                 }
                 return Err(e.into());
             }
@@ -403,6 +419,15 @@ impl Session {
                     start_copies(c, resp.copy_blocks, &self.copies, &self.cancel);
                 }
                 None => debug!("copy commands ignored (no copier)"),
+            }
+        }
+        if !resp.load_blocks.is_empty() {
+            match &loads {
+                Some(l) => {
+                    debug!(n = resp.load_blocks.len(), "load commands from the master");
+                    l.start(resp.load_blocks, &self.copies, &self.cancel);
+                }
+                None => debug!("load commands ignored (no loader)"),
             }
         }
         debug!(

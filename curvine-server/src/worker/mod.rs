@@ -8,6 +8,7 @@
 //! - `eviction`: LRU demotion to the next slower tier.
 //! - `data_server`, `write_path`, `read_path`: the framed TCP data plane.
 //! - `ufs_fetch`: read-through of under-store blocks (fetch, stream, keep).
+//! - `ufs_load`: the blocks of load jobs the master hands out (fetch and keep).
 //! - `heartbeat`: registration and heartbeats with the master.
 
 pub mod block_store;
@@ -21,6 +22,7 @@ pub mod replicator;
 pub mod scrubber;
 pub mod tiers;
 mod ufs_fetch;
+mod ufs_load;
 mod web;
 mod write_path;
 
@@ -126,6 +128,7 @@ pub async fn run_with_web(
         auth_token: conf.cluster.auth_token.clone(),
         max_frame: conf.worker.max_frame_size.as_usize(),
         timeout: conf.master.replication_timeout.get(),
+        loads: Some(ufs_load::Loads::new(ctx.clone())),
     };
     let scrub = scrubber::ScrubConf {
         rate: conf.worker.scrub_rate.as_u64(),

@@ -92,6 +92,8 @@ pub struct CopyCtx {
     pub auth_token: String,
     pub max_frame: usize,
     pub timeout: Duration,
+    /// Load-job tasks (`ufs_load`), when this worker runs them.
+    pub loads: Option<Arc<super::ufs_load::Loads>>,
 }
 
 /// Start the copies the master asked for; each runs on `tracker` until done or `cancel`.

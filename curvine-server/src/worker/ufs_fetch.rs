@@ -163,17 +163,66 @@ pub(super) async fn handle(
         id,
         fetch,
     };
-    lead_fetch(ctx, conn, open, u, &leading).await
+    lead_fetch(ctx, Some(conn), open, u, &leading).await
 }
 
+/// Fetch block `id` (range `u`) into this worker with no reader (a load job's task).
+/// Ok when the block is held, fetched now, or fetched by a read in progress that this
+/// load joins.
+pub(super) async fn load(ctx: &DataCtx, id: u64, u: UfsRange) -> FsResult<()> {
+    if ctx.store.block_info(id)?.is_some() {
+        return Ok(());
+    }
+    let (joined, lead) = {
+        let mut m = ctx.ufs.fetches();
+        match m.get(&id) {
+            Some(f) => (Some(f.clone()), None),
+            None => {
+                let (tx, _) = watch::channel(Progress::default());
+                let f = Arc::new(Fetch { progress: tx });
+                m.insert(id, f.clone());
+                (None, Some(f))
+            }
+        }
+    };
+    if let Some(f) = joined {
+        let mut rx = f.progress.subscribe();
+        drop(f);
+        loop {
+            if let Some(r) = rx.borrow_and_update().end.clone() {
+                return r;
+            }
+            if rx.changed().await.is_err() {
+                return Err(FsError::internal(format!(
+                    "the fetch of block {id} ended early"
+                )));
+            }
+        }
+    }
+    let Some(fetch) = lead else {
+        return Err(FsError::internal("no fetch to lead"));
+    };
+    let leading = Leading {
+        ctx: &ctx.ufs,
+        id,
+        fetch,
+    };
+    let mut open = header(DataOp::ReadOpen);
+    open.block_id = id;
+    lead_fetch(ctx, None, open, u, &leading).await
+}
+
+/// Lead the fetch of a block, streaming it to `conn` when a reader asked for it.
 async fn lead_fetch(
     ctx: &DataCtx,
-    conn: &mut Conn,
+    mut conn: Option<&mut Conn>,
     open: DataHeader,
     u: UfsRange,
     leading: &Leading<'_>,
 ) -> FsResult<()> {
     let id = open.block_id;
+    // a delay here stands for a slow store; an error for one that fails at once
+    let _ = fault_data!("worker.ufs_fetch", &ctx.worker);
     let (uri, op) = match ctx.ufs.operator(u.mount_id).await {
         Ok(v) => v,
         Err(e) => {
@@ -194,7 +243,10 @@ async fn lead_fetch(
         Err(FsError::AlreadyExists { .. }) => {
             // committed since the check: serve it as any block
             leading.end(Ok(()));
-            return super::read_path::handle_read(ctx, conn, open).await;
+            return match conn {
+                Some(conn) => super::read_path::handle_read(ctx, conn, open).await,
+                None => Ok(()),
+            };
         }
         Err(e) => {
             leading.end(Err(e.clone()));
@@ -212,7 +264,10 @@ async fn lead_fetch(
     ok.block_len = len;
     ok.chunk_size = ctx.chunk_size;
     ok.tier = handle.tier() as i32;
-    let mut client_ok = conn.send(&ok, &[]).await.is_ok();
+    let mut client_ok = match conn.as_deref_mut() {
+        Some(c) => c.send(&ok, &[]).await.is_ok(),
+        None => false,
+    };
     let (start, end) = widen(open.offset, open.len, len, cs);
     debug!(block = id, key = %u.key, offset = u.offset, len, "fetching from the under-store");
     let store_err = |e: opendal::Error| ufs::store_err(&uri, &u.key, &e);
@@ -279,7 +334,11 @@ async fn lead_fetch(
                     h.offset = lo;
                     h.crcs = crcs[(lo / cs) as usize..hi.div_ceil(cs) as usize].to_vec();
                     let part = &data[(lo - pos) as usize..(hi - pos) as usize];
-                    if conn.send(&h, part).await.is_err() {
+                    let sent = match conn.as_deref_mut() {
+                        Some(c) => c.send(&h, part).await.is_ok(),
+                        None => false,
+                    };
+                    if !sent {
                         // the reader left: finish the block for the cache anyway
                         client_ok = false;
                     }
@@ -316,11 +375,14 @@ async fn lead_fetch(
         return Err(e);
     }
     leading.end(Ok(()));
+    // the master learns of the replica now, so the next open reads it as a cached
+    // block (short-circuit on this host) instead of asking this worker to fetch it
+    ctx.store.early_heartbeat.request();
     info!(block = id, key = %u.key, len, "block fetched from the under-store");
-    if client_ok {
+    if let (true, Some(c)) = (client_ok, conn) {
         let mut h = header(DataOp::ReadEnd);
         h.block_id = id;
-        conn.send(&h, &[]).await?;
+        c.send(&h, &[]).await?;
     }
     Ok(())
 }

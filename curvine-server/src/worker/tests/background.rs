@@ -32,6 +32,7 @@ fn ctx(store: &Arc<BlockStore>, bg: &Arc<Background>) -> CopyCtx {
         auth_token: String::new(),
         max_frame: 4 << 20,
         timeout: Duration::from_secs(10),
+        loads: None,
     }
 }
 

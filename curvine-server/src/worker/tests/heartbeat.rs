@@ -85,6 +85,9 @@ impl MasterService for FakeMaster {
         resync(ResyncRequest) -> ResyncResponse;
         free(FreeRequest) -> FreeResponse;
         sync_journal(SyncJournalRequest) -> SyncJournalResponse;
+        submit_load(SubmitLoadRequest) -> SubmitLoadResponse;
+        get_load(GetLoadRequest) -> GetLoadResponse;
+        cancel_load(CancelLoadRequest) -> CancelLoadResponse;
     }
 
     async fn register_worker(
