@@ -258,4 +258,7 @@ impl MasterService for FakeMaster {
     async fn free(&self, _r: Request<FreeRequest>) -> R<FreeResponse> {
         unimplemented()
     }
+    async fn persist(&self, _r: Request<PersistRequest>) -> R<PersistResponse> {
+        unimplemented()
+    }
 }

@@ -616,6 +616,16 @@ impl CurvineFs {
         rpc!(self, "free", Idempotent, req).await
     }
 
+    /// Upload the files at or under `path` that the under-store does not hold yet
+    /// (under a through or async mount); returns once they are persisted.
+    pub async fn persist(&self, path: &str) -> FsResult<proto::PersistResponse> {
+        let req = proto::PersistRequest {
+            path: self.norm(path)?,
+            caller: self.caller(),
+        };
+        rpc!(self, "persist", Idempotent, req).await
+    }
+
     /// Cluster capacity and usage, per worker and tier.
     pub async fn report(&self) -> FsResult<proto::ReportResponse> {
         self.inner

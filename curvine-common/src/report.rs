@@ -83,6 +83,11 @@ pub fn report_json(r: &ReportResponse) -> Value {
             "copies_failed": r.copies_failed,
             "bad_replicas": r.bad_replicas,
         },
+        "persist": {
+            "pending": r.persist_pending,
+            "pending_bytes": r.persist_pending_bytes,
+            "failed": r.persist_failed,
+        },
         "workers_live": live,
         "workers_lost": r.workers.len() - live,
         "workers": r.workers.iter().map(worker_json).collect::<Vec<_>>(),

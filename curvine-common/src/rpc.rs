@@ -79,6 +79,7 @@ macro_rules! master_methods {
             33 GetMount GetMountRequest GetMountResponse get_mount;
             34 Resync ResyncRequest ResyncResponse resync;
             35 Free FreeRequest FreeResponse free;
+            36 Persist PersistRequest PersistResponse persist;
         }
     };
 }

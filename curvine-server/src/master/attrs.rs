@@ -195,6 +195,7 @@ impl Namespace {
             }
         }
         let rs = self.repl.stats();
+        let backlog = self.persist_backlog();
         let (mut capacity, mut used) = (0, 0);
         for w in workers.iter().filter(|w| w.alive) {
             for t in &w.tiers {
@@ -216,6 +217,12 @@ impl Namespace {
             copies_done: rs.done,
             copies_failed: rs.failed,
             bad_replicas: rs.bad_replicas,
+            persist_pending: backlog.0,
+            persist_pending_bytes: backlog.1,
+            persist_failed: self
+                .persister
+                .failed
+                .load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 }

@@ -65,4 +65,5 @@ metered! {
     get_mount(GetMountRequest) -> GetMountResponse, "GetMount";
     resync(ResyncRequest) -> ResyncResponse, "Resync";
     free(FreeRequest) -> FreeResponse, "Free";
+    persist(PersistRequest) -> PersistResponse, "Persist";
 }

@@ -5,7 +5,8 @@
 //! `namespace` (path walk, permissions, the mutation primitive), `tree`, `files` and
 //! `attrs` (the operations), `workers` (registry, placement, block reports), `lease`
 //! (writer leases), `changes` (the change log mounts follow), `service` (the tonic
-//! service).
+//! service); under-stores: `mounts`, `ufs_meta` (metadata), `persist` (uploads),
+//! `ufs_write` (renames, deletes, read-only mounts), `ttl`.
 
 mod attrs;
 pub mod auth;
@@ -17,13 +18,16 @@ mod lease;
 mod metered;
 mod mounts;
 mod namespace;
+mod persist;
 mod records;
 mod replication;
 mod service;
 mod store;
 mod syncer;
 mod tree;
+mod ttl;
 mod ufs_meta;
+mod ufs_write;
 pub mod web;
 mod workers;
 
@@ -113,6 +117,15 @@ pub async fn run_with_web(
         replication::replication_loop(ns.clone(), conf.master.replication_interval.0, bg.clone())
             .instrument(tracing::info_span!("replication")),
     );
+    ns.persister.configure(
+        &conf.cluster.auth_token,
+        conf.worker.max_frame_size.0 as usize,
+        conf.master.persist_concurrency,
+    );
+    tasks.spawn(
+        persist::persist_loop(ns.clone(), bg.clone()).instrument(tracing::info_span!("persist")),
+    );
+    tasks.spawn(ttl::ttl_loop(ns.clone(), bg.clone()).instrument(tracing::info_span!("ttl")));
     tasks.close();
 
     let serving = Arc::new(std::sync::atomic::AtomicBool::new(false));

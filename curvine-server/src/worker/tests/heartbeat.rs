@@ -84,6 +84,7 @@ impl MasterService for FakeMaster {
         get_mount(GetMountRequest) -> GetMountResponse;
         resync(ResyncRequest) -> ResyncResponse;
         free(FreeRequest) -> FreeResponse;
+        persist(PersistRequest) -> PersistResponse;
     }
 
     async fn register_worker(
