@@ -159,6 +159,22 @@ fn through_writes_are_in_the_bucket_when_close_returns() {
             assert_eq!(st.ufs_key, *name);
             assert!(e.fs.read_file(&path).await.unwrap() == *v, "{path}");
         }
+        // an append and a truncate are uploaded again before they return
+        let tail = data(BS / 2, 9);
+        let mut w = e.fs.append("/w1/d/exact").await.unwrap();
+        w.write(&tail).await.unwrap();
+        w.close().await.unwrap();
+        let mut whole = files[2].1.clone();
+        whole.extend_from_slice(&tail);
+        assert!(object(&e.s3, "w1/d/exact").await.as_ref() == Some(&whole));
+        assert!(e.fs.stat("/w1/d/exact").await.unwrap().persisted);
+        e.fs.truncate("/w1/small", 10).await.unwrap();
+        let got = object(&e.s3, "w1/small").await.unwrap();
+        assert!(
+            got == files[1].1[..10],
+            "the truncate did not reach the bucket"
+        );
+        assert!(e.fs.stat("/w1/small").await.unwrap().persisted);
         // the cached blocks stay: a resync keeps the entry and its bytes
         e.fs.resync("/w1").await.unwrap();
         assert!(e.fs.read_file("/w1/d/several").await.unwrap() == files[3].1);

@@ -532,6 +532,7 @@ impl Namespace {
             ino.mode = mode_after_write(c, &ino);
             ino.mtime_ms = txn.now;
             ino.ctime_ms = txn.now;
+            self.mark_written(txn, &mut ino, &w.path);
             txn.put_inode(ino.clone());
             Ok(status(&ino, w.path.clone(), w.name.clone()))
         })

@@ -203,9 +203,13 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.Truncate", &req);
         let r = req.into_inner();
         self.ns.check_writable(&r.path)?;
-        let st = self
+        let mut st = self
             .durable(self.ns.truncate(&r.path, r.len, &caller(&r.caller)))
             .await?;
+        // a through mount: the store's object gets the new length before the reply
+        if self.ns.persist_on_close(st.id).await? {
+            st.persisted = true;
+        }
         Ok(Response::new(TruncateResponse { status: Some(st) }))
     }
 
