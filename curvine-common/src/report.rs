@@ -44,6 +44,7 @@ pub fn tiers_total(r: &ReportResponse) -> Vec<TierReport> {
                 o.capacity += t.capacity;
                 o.used += t.used;
                 o.blocks += t.blocks;
+                o.evictable += t.evictable;
             }
             None => out.push(TierReport {
                 tier: t.tier,
@@ -51,6 +52,7 @@ pub fn tiers_total(r: &ReportResponse) -> Vec<TierReport> {
                 used: t.used,
                 blocks: t.blocks,
                 dir: String::new(),
+                evictable: t.evictable,
             }),
         }
     }

@@ -1,6 +1,7 @@
 //! Writes under mounts against a real S3 server on loopback (s3s-fs): `through` and
 //! `async` uploads land in the bucket byte for byte, renames and deletes follow,
-//! read-only mounts refuse writes, a TTL frees cached blocks, and an upload to a store
+//! read-only mounts refuse writes, a TTL frees cached blocks, blocks of persisted files
+//! leave a full last tier and come back on a read, and an upload to a store
 //! that is down fails `close` naming the store and the key. Block size 96 KiB so that
 //! multi-block files stay small.
 
@@ -13,7 +14,7 @@ use curvine_client::{CurvineFs, FsError};
 use curvine_common::conf::{ByteSize, Dur, TierDir};
 use curvine_common::proto::StorageTier;
 use curvine_server::testing::s3::{S3Server, ACCESS_KEY, SECRET_KEY};
-use curvine_server::testing::{wait_until, MiniCluster};
+use curvine_server::testing::{wait_until, MiniCluster, TierSpec};
 use tokio::runtime::Runtime;
 
 const BS: usize = 96 << 10;
@@ -371,5 +372,56 @@ fn a_through_write_to_a_store_that_is_down_fails_close_naming_it() {
             assert!(e.fs.stat("/w7/f").await.unwrap().persisted);
             e.fs.umount("/w7").await.unwrap();
         }
+    });
+}
+
+#[test]
+fn persisted_blocks_leave_a_full_last_tier_and_come_back_on_read() {
+    run(|e| async move {
+        // one worker whose only tier holds 5 blocks
+        let cluster = MiniCluster::builder()
+            .workers(1)
+            .tiers(vec![TierSpec {
+                tier: "MEM",
+                capacity: 5 * BS as u64,
+                tmpfs: false,
+            }])
+            .conf(conf_hook)
+            .start()
+            .await
+            .unwrap();
+        let fs = CurvineFs::connect(cluster.client_conf()).await.unwrap();
+        fs.mount(mount_info(
+            "w8",
+            "/w8",
+            MountMode::Through,
+            &e.s3.endpoint(),
+        ))
+        .await
+        .unwrap();
+        let a = data(4 * BS, 12);
+        fs.write_file("/w8/a", &a).await.unwrap();
+        let blocks_a = fs.block_locations("/w8/a").await.unwrap();
+        assert!(blocks_a.iter().all(|b| on_a_worker(&cluster, b.block_id)));
+        // b needs the room of two of a's blocks: they go once the worker has learned
+        // that the store holds them
+        let b = data(3 * BS, 13);
+        wait_until(Duration::from_secs(20), || async {
+            fs.write_file("/w8/b", &b).await.is_ok()
+        })
+        .await
+        .expect("the write finds room by dropping persisted blocks");
+        assert!(object(&e.s3, "w8/b").await.as_ref() == Some(&b));
+        let gone = blocks_a
+            .iter()
+            .filter(|x| !on_a_worker(&cluster, x.block_id))
+            .count();
+        assert!(gone >= 2, "only {gone} blocks of a left the tier");
+        // they come back on the next read, byte for byte
+        assert!(fs.read_file("/w8/a").await.unwrap() == a);
+        assert!(fs.read_file("/w8/b").await.unwrap() == b);
+        fs.umount("/w8").await.unwrap();
+        drop(fs);
+        cluster.shutdown().await.unwrap();
     });
 }

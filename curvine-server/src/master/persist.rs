@@ -335,34 +335,63 @@ impl Namespace {
         len: u64,
         obj: ufs::Object,
     ) -> FsResult<u64> {
-        Ok(self
-            .mutate(0, |txn| {
-                let Some(mut ino) = txn.inode(id)? else {
-                    txn.del_meta(pending_key(id));
-                    return Ok(());
-                };
-                if !ino.complete || ino.blocks != blocks || ino.len != len {
-                    return Ok(()); // written again meanwhile: stays pending
-                }
-                let Some(u) = ino.ufs.as_mut() else {
-                    return Ok(());
-                };
-                u.persisted = true;
-                u.etag = obj.etag.clone();
-                u.mtime_ms = obj.mtime_ms;
-                u.len = obj.len;
-                u.loaded_ms = txn.now;
-                for mut b in txn.store.blocks(&ino.blocks)?.into_iter().flatten() {
-                    if !b.ufs {
-                        b.ufs = true;
-                        txn.put_block(b);
-                    }
-                }
-                txn.put_inode(ino);
+        let (droppable, seq) = self.mutate(0, |txn| {
+            let mut droppable: Vec<(u32, u64)> = Vec::new();
+            let Some(mut ino) = txn.inode(id)? else {
                 txn.del_meta(pending_key(id));
-                Ok(())
-            })?
-            .1)
+                return Ok(droppable);
+            };
+            if !ino.complete || ino.blocks != blocks || ino.len != len {
+                return Ok(droppable); // written again meanwhile: stays pending
+            }
+            let Some(u) = ino.ufs.as_mut() else {
+                return Ok(droppable);
+            };
+            u.persisted = true;
+            u.etag = obj.etag.clone();
+            u.mtime_ms = obj.mtime_ms;
+            u.len = obj.len;
+            u.loaded_ms = txn.now;
+            for mut b in txn.store.blocks(&ino.blocks)?.into_iter().flatten() {
+                droppable.extend(b.locs.iter().map(|l| (l.worker_id, b.id)));
+                if !b.ufs {
+                    b.ufs = true;
+                    txn.put_block(b);
+                }
+            }
+            txn.put_inode(ino);
+            txn.del_meta(pending_key(id));
+            Ok(droppable)
+        })?;
+        for (w, b) in droppable {
+            self.workers.queue_droppable(w, b);
+        }
+        Ok(seq)
+    }
+
+    /// Of the replicas a worker reports added, those of blocks the under-store holds.
+    pub(super) fn droppable_of(
+        &self,
+        added: &[curvine_common::proto::BlockReplica],
+    ) -> FsResult<Vec<u64>> {
+        if added.is_empty() || self.mounts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<u64> = added.iter().map(|r| r.block_id).collect();
+        let mut out = Vec::new();
+        for b in self.store.blocks(&ids)?.into_iter().flatten() {
+            if !b.ufs {
+                continue;
+            }
+            let persisted = self
+                .store
+                .inode(b.inode)?
+                .is_some_and(|i| i.ufs.as_ref().is_some_and(|u| u.persisted));
+            if persisted {
+                out.push(b.id);
+            }
+        }
+        Ok(out)
     }
 
     /// Pending uploads: (inode, due time, length), in inode order.
