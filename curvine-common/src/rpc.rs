@@ -281,6 +281,6 @@ mod tests {
             };
         }
         master_methods!(unique);
-        assert_eq!(ids.len(), 35);
+        assert_eq!(ids.len(), 36);
     }
 }

@@ -157,10 +157,11 @@ impl Namespace {
                 ..Default::default()
             })
         });
+        // the etag stays: it names the object the unchanged blocks can still be read
+        // from (an append or a truncate leaves the blocks before it as they were)
         u.mount_id = m.id();
         u.key = key;
         u.persisted = false;
-        u.etag.clear();
         let delay = self.conf.persist_delay.0.as_millis() as i64;
         txn.put_meta(
             pending_key(ino.id),
@@ -241,6 +242,7 @@ impl Namespace {
         };
         let op = m.op()?;
         let blocks = self.located_blocks(id)?;
+        let in_store = matches!(ufs::parse_uri(m.uri()), Ok(ufs::Location::S3 { .. }));
         let (token, max_frame) = self.persister.data();
         let mut w = op
             .writer_with(&u.key)
@@ -252,10 +254,41 @@ impl Namespace {
             for b in &blocks {
                 let loc = b.locations.first().and_then(|l| l.address.clone());
                 let Some(a) = loc else {
-                    return Err(FsError::BlockNotFound {
-                        block_id: b.block_id,
-                        worker: "any live worker".into(),
-                    });
+                    // a block dropped from the cache: the object it came from still
+                    // holds it (S3 shows a new object only when its upload completes)
+                    let old = in_store
+                        .then_some(u.etag.as_str())
+                        .filter(|e| !e.is_empty());
+                    let Some(etag) = old else {
+                        return Err(FsError::BlockNotFound {
+                            block_id: b.block_id,
+                            worker: "any live worker".into(),
+                        });
+                    };
+                    let range = b.offset..b.offset + b.len;
+                    let bytes = op
+                        .read_with(&u.key)
+                        .range(range)
+                        .if_match(etag)
+                        .await
+                        .map_err(|e| ufs::store_err(m.uri(), &u.key, &e))?;
+                    if bytes.len() as u64 != b.len {
+                        return Err(FsError::UnderStore {
+                            store: m.uri().to_string(),
+                            key: u.key.clone(),
+                            message: format!(
+                                "{} bytes where block {} has {}",
+                                bytes.len(),
+                                b.block_id,
+                                b.len
+                            ),
+                        });
+                    }
+                    w.write(bytes)
+                        .await
+                        .map_err(|e| ufs::store_err(m.uri(), &u.key, &e))?;
+                    sent += b.len;
+                    continue;
                 };
                 let addr = format!("{}:{}", a.host, a.data_port);
                 let read = stream_block(&addr, &token, max_frame, b.block_id, b.len, &mut w);

@@ -550,8 +550,15 @@ impl Namespace {
         blocks: &mut [LocatedBlock],
         client_host: &str,
     ) {
-        let Some(u) = ino.ufs.as_ref().filter(|u| u.persisted) else {
-            return; // not in the store (yet): Curvine's replicas are the only copy
+        // a file written again since its upload (an append, a truncate) keeps the old
+        // object's etag: its unchanged blocks can be read from that object while it
+        // is there (the fetch checks the etag)
+        let Some(u) = ino
+            .ufs
+            .as_ref()
+            .filter(|u| u.persisted || !u.etag.is_empty())
+        else {
+            return; // not in the store: Curvine's replicas are the only copy
         };
         for b in blocks.iter_mut() {
             if !b.locations.is_empty() {
