@@ -270,4 +270,7 @@ impl MasterService for FakeMaster {
     async fn cancel_load(&self, _r: Request<CancelLoadRequest>) -> R<CancelLoadResponse> {
         unimplemented()
     }
+    async fn persist(&self, _r: Request<PersistRequest>) -> R<PersistResponse> {
+        unimplemented()
+    }
 }

@@ -701,6 +701,16 @@ impl CurvineFs {
             .ok_or_else(|| FsError::protocol("cancel_load: no job in the reply"))
     }
 
+    /// Upload the files at or under `path` that the under-store does not hold yet
+    /// (under a through or async mount); returns once they are persisted.
+    pub async fn persist(&self, path: &str) -> FsResult<proto::PersistResponse> {
+        let req = proto::PersistRequest {
+            path: self.norm(path)?,
+            caller: self.caller(),
+        };
+        rpc!(self, "persist", Idempotent, req).await
+    }
+
     /// Cluster capacity and usage, per worker and tier.
     /// Wait until every namespace change the master made before this call is on disk
     /// (its journal synced; immediate with `journal.sync = false`). What makes the

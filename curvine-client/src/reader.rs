@@ -35,6 +35,9 @@ pub struct FsReader {
     src: Option<(usize, usize, BlockSource)>,
     /// (block index, location index) pairs that failed during this read.
     failed: HashSet<(usize, usize)>,
+    /// Blocks whose locations were asked of the master again (a worker dropped a block
+    /// the under-store holds, before the master knew): at most once each.
+    refreshed: HashSet<usize>,
     /// End of the last read, to tell sequential reads (read-ahead) from random ones.
     last_end: u64,
     /// Bytes read from local block files since this reader last yielded its runtime
@@ -67,6 +70,7 @@ impl FsReader {
             pos: 0,
             src: None,
             failed: HashSet::new(),
+            refreshed: HashSet::new(),
             last_end: 0,
             unyielded: 0,
             avoid: Vec::new(),
@@ -244,6 +248,35 @@ impl FsReader {
         }
     }
 
+    /// The replicas of block `bi` are gone from their workers but the under-store holds
+    /// the file: tell the master (which then forgets them) and ask it for the block
+    /// again, which names a worker to fetch it from the store.
+    async fn refresh_block(&mut self, bi: usize) -> FsResult<()> {
+        let b = self.blocks[bi].clone();
+        for loc in &b.locations {
+            let req = curvine_common::proto::ReportBadBlockRequest {
+                block_id: b.block_id,
+                worker_id: loc.worker_id,
+                reason: "block not found on the worker".into(),
+                caller: self.fs.caller(),
+            };
+            self.fs
+                .inner
+                .master
+                .call("report_bad_block", CallKind::Mutation, req)
+                .await?;
+        }
+        let fresh = self.fs.block_locations(&self.status.path).await?;
+        let nb = fresh
+            .into_iter()
+            .find(|x| x.block_id == b.block_id && x.offset == b.offset)
+            .ok_or_else(|| FsError::Unavailable {
+                message: format!("{}: block {} is gone", self.status.path, b.block_id),
+            })?;
+        self.blocks[bi] = nb;
+        Ok(())
+    }
+
     /// Where the blocks end: past it, up to `len`, is the hole a truncate or fallocate
     /// left (reads as zeros).
     fn data_len(&self) -> u64 {
@@ -403,6 +436,15 @@ impl FsReader {
                 .find(|&li| !self.failed.contains(&(bi, li)))
             else {
                 self.failed.retain(|&(b, _)| b != bi);
+                let dropped = matches!(last_err, Some(FsError::BlockNotFound { .. }));
+                if dropped && self.status.persisted && self.refreshed.insert(bi) {
+                    match self.refresh_block(bi).await {
+                        Ok(()) => continue,
+                        Err(e) => {
+                            warn!(block = block_id, error = %e, "cannot refresh the block's locations")
+                        }
+                    }
+                }
                 if refetched < MAX_REFETCH && self.refetcher(bi, &last_err).await {
                     refetched += 1;
                     continue;

@@ -87,6 +87,13 @@ pub struct MasterConf {
     pub replication_timeout: Dur,
     /// Blocks of load jobs (`cv load`) in flight per worker.
     pub load_per_worker: u32,
+    /// Async mounts: how long after a file is closed its upload to the under-store
+    /// starts (the most a persist waits; a failed upload is retried after it too).
+    pub persist_delay: Dur,
+    /// Uploads to under-stores in flight at once (persist jobs, `cv persist`).
+    pub persist_concurrency: u32,
+    /// How often the master looks for files past their mount's TTL.
+    pub ttl_interval: Dur,
     /// Memory for RocksDB memtables, all column families together: the master's
     /// memory stays bounded as the namespace grows.
     pub meta_write_buffer: ByteSize,
@@ -130,6 +137,9 @@ impl Default for MasterConf {
             replication_per_worker: 4,
             replication_timeout: Dur(Duration::from_secs(120)),
             load_per_worker: 4,
+            persist_delay: Dur(Duration::from_secs(5)),
+            persist_concurrency: 4,
+            ttl_interval: Dur(Duration::from_secs(60)),
             meta_write_buffer: ByteSize(4 << 20),
             meta_cache: ByteSize(1 << 20),
             dir_cache_entries: 65536,

@@ -40,6 +40,7 @@ pub enum ErrorCode {
     CrossDevice = 25,
     NotPermitted = 26,
     UnderStore = 27,
+    ReadOnly = 28,
 }
 
 impl ErrorCode {
@@ -72,6 +73,7 @@ impl ErrorCode {
             25 => CrossDevice,
             26 => NotPermitted,
             27 => UnderStore,
+            28 => ReadOnly,
             _ => Internal,
         }
     }
@@ -134,6 +136,9 @@ pub enum FsError {
     /// The operation is reserved (EPERM), e.g. device files for non-root.
     #[error("{path}: operation not permitted")]
     NotPermitted { path: String },
+    /// A write under a read-only mount (EROFS).
+    #[error("{path}: read-only file system (the mount is read-only)")]
+    ReadOnly { path: String },
     /// An under-store (a mount's S3 bucket, directory...) failed or refused a call.
     #[error("under-store {store}: {key}: {message}")]
     UnderStore {
@@ -173,6 +178,7 @@ impl FsError {
             FsError::Busy { .. } => ErrorCode::Busy,
             FsError::CrossDevice { .. } => ErrorCode::CrossDevice,
             FsError::NotPermitted { .. } => ErrorCode::NotPermitted,
+            FsError::ReadOnly { .. } => ErrorCode::ReadOnly,
             FsError::UnderStore { .. } => ErrorCode::UnderStore,
             FsError::Internal { .. } => ErrorCode::Internal,
         }
@@ -251,6 +257,7 @@ impl FsError {
             ErrorCode::Timeout => 110,                           // ETIMEDOUT
             ErrorCode::Busy | ErrorCode::FileIncomplete => 16,   // EBUSY
             ErrorCode::CrossDevice => 18,                        // EXDEV
+            ErrorCode::ReadOnly => 30,                           // EROFS
             ErrorCode::Unauthenticated | ErrorCode::NotPermitted => 1, // EPERM
             _ => 5,                                              // EIO
         }
@@ -274,7 +281,8 @@ impl FsError {
             | FsError::NoSuchXattr { path }
             | FsError::NotASymlink { path }
             | FsError::CrossDevice { path }
-            | FsError::NotPermitted { path } => d.path = path.clone(),
+            | FsError::NotPermitted { path }
+            | FsError::ReadOnly { path } => d.path = path.clone(),
             FsError::InvalidPath { path, message } => {
                 d.path = path.clone();
                 d.message = message.clone();
@@ -339,6 +347,7 @@ impl FsError {
             ErrorCode::NotASymlink => FsError::NotASymlink { path },
             ErrorCode::CrossDevice => FsError::CrossDevice { path },
             ErrorCode::NotPermitted => FsError::NotPermitted { path },
+            ErrorCode::ReadOnly => FsError::ReadOnly { path },
             ErrorCode::InvalidPath => FsError::InvalidPath { path, message },
             ErrorCode::ChecksumMismatch => FsError::ChecksumMismatch {
                 block_id,

@@ -59,6 +59,7 @@ pub fn tiers_total(r: &ReportResponse) -> Vec<TierReport> {
                 o.capacity += t.capacity;
                 o.used += t.used;
                 o.blocks += t.blocks;
+                o.evictable += t.evictable;
             }
             None => out.push(TierReport {
                 tier: t.tier,
@@ -66,6 +67,7 @@ pub fn tiers_total(r: &ReportResponse) -> Vec<TierReport> {
                 used: t.used,
                 blocks: t.blocks,
                 dir: String::new(),
+                evictable: t.evictable,
             }),
         }
     }
@@ -97,6 +99,11 @@ pub fn report_json(r: &ReportResponse) -> Value {
             "copies_done": r.copies_done,
             "copies_failed": r.copies_failed,
             "bad_replicas": r.bad_replicas,
+        },
+        "persist": {
+            "pending": r.persist_pending,
+            "pending_bytes": r.persist_pending_bytes,
+            "failed": r.persist_failed,
         },
         "workers_live": live,
         "workers_lost": r.workers.len() - live,

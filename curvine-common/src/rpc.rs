@@ -83,6 +83,7 @@ macro_rules! master_methods {
             40 SubmitLoad SubmitLoadRequest SubmitLoadResponse submit_load;
             41 GetLoad GetLoadRequest GetLoadResponse get_load;
             42 CancelLoad CancelLoadRequest CancelLoadResponse cancel_load;
+            36 Persist PersistRequest PersistResponse persist;
         }
     };
 }
@@ -284,6 +285,6 @@ mod tests {
             };
         }
         master_methods!(unique);
-        assert_eq!(ids.len(), 39);
+        assert_eq!(ids.len(), 40);
     }
 }

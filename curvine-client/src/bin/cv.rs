@@ -42,6 +42,9 @@ enum Cmd {
     Umount { path: String },
     /// Drop the cached blocks of under-store files (their entries stay).
     Free { path: String },
+    /// Upload now the files at or under PATH that the under-store does not hold yet
+    /// (async mounts; a through write that failed).
+    Persist { path: String },
     /// Load files of a mount into the cache: a job the master runs on the workers,
     /// shown with a progress bar until it ends.
     Load {
@@ -74,18 +77,20 @@ struct MountArgs {
     /// An OpenDAL config key of the service, e.g. endpoint=http://..., region=...
     #[arg(long = "option", short = 'o', value_name = "KEY=VALUE")]
     options: Vec<String>,
-    /// through (default) or cache.
+    /// through (default: close returns once the store holds the file), async (uploaded
+    /// after close) or cache (never written to the store).
     #[arg(long)]
     mode: Option<String>,
-    /// Age after the last access at which cached data is dropped (e.g. 7d).
+    /// Age since the last open at which a persisted file's cached data goes (e.g. 7d).
     #[arg(long)]
     ttl: Option<String>,
-    /// free or delete.
+    /// free (drop the cached blocks) or delete (the entry, from Curvine only).
     #[arg(long)]
     ttl_action: Option<String>,
     /// How long a loaded listing or status is trusted: a duration, never or always.
     #[arg(long)]
     sync_interval: Option<String>,
+    /// Refuse every write under the mount (EROFS).
     #[arg(long)]
     read_only: bool,
     /// List as JSON.
@@ -301,6 +306,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ..
         } => load(&fs, &path, recursive, no_wait).await,
         Cmd::Load { .. } => bail!("load: name a PATH, --status or --cancel"),
+        Cmd::Persist { path } => {
+            let r = fs.persist(&path).await?;
+            let mut out = Stdout::lock();
+            writeln!(out, "persisted {} files ({})", r.files, human(r.bytes))?;
+            Ok(out.flush()?)
+        }
     }
 }
 
@@ -803,6 +814,13 @@ async fn report(fs: &CurvineFs) -> anyhow::Result<()> {
     for j in &r.load_jobs {
         writeln!(out, "  {}", job_line(j))?;
     }
+    writeln!(
+        out,
+        "persist backlog: {} files ({})  {} uploads failed",
+        r.persist_pending,
+        human(r.persist_pending_bytes),
+        r.persist_failed
+    )?;
     let live = r.workers.iter().filter(|w| w.alive).count();
     writeln!(
         out,

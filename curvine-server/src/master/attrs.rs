@@ -199,6 +199,7 @@ impl Namespace {
             }
         }
         let rs = self.repl.stats();
+        let backlog = self.persist_backlog();
         let (mut capacity, mut used) = (0, 0);
         for w in workers.iter().filter(|w| w.alive) {
             for t in &w.tiers {
@@ -222,6 +223,12 @@ impl Namespace {
             bad_replicas: rs.bad_replicas,
             tasks: self.tasks.report(),
             load_jobs: self.jobs.running(),
+            persist_pending: backlog.0,
+            persist_pending_bytes: backlog.1,
+            persist_failed: self
+                .persister
+                .failed
+                .load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 }

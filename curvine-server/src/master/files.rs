@@ -366,6 +366,7 @@ impl Namespace {
             ino.ctime_ms = txn.now;
             txn.del_meta(store::open_key(ino.id));
             txn.releases.push(ino.id);
+            self.mark_written(txn, &mut ino, &req.path);
             txn.put_inode(ino.clone());
             Ok(status(&ino, req.path.clone(), ino.name.clone()))
         })
@@ -492,6 +493,7 @@ impl Namespace {
             )));
         }
         check(c, ino, 4, || w.path.clone())?;
+        self.note_open(ino);
         let mut blocks = self.located_blocks(ino.id)?;
         self.assign_fetchers(ino, &mut blocks, &c.client_host);
         Ok((status(ino, w.path.clone(), w.name.clone()), blocks))
@@ -533,6 +535,7 @@ impl Namespace {
             ino.mode = mode_after_write(c, &ino);
             ino.mtime_ms = txn.now;
             ino.ctime_ms = txn.now;
+            self.mark_written(txn, &mut ino, &w.path);
             txn.put_inode(ino.clone());
             Ok(status(&ino, w.path.clone(), w.name.clone()))
         })

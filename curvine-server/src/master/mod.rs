@@ -5,7 +5,8 @@
 //! `namespace` (path walk, permissions, the mutation primitive), `tree`, `files` and
 //! `attrs` (the operations), `workers` (registry, placement, block reports), `lease`
 //! (writer leases), `changes` (the change log mounts follow), `service` (the tonic
-//! service).
+//! service); under-stores: `mounts`, `ufs_meta` (metadata), `persist` (uploads),
+//! `ufs_write` (renames, deletes, read-only mounts), `ttl`.
 
 mod attrs;
 pub mod auth;
@@ -18,13 +19,16 @@ mod lease;
 mod metered;
 mod mounts;
 mod namespace;
+mod persist;
 mod records;
 mod replication;
 mod service;
 mod store;
 mod syncer;
 mod tree;
+mod ttl;
 mod ufs_meta;
+mod ufs_write;
 mod upgrade;
 pub mod web;
 mod workers;
@@ -130,6 +134,16 @@ pub async fn run_with_web(
         ns.tasks.spawn("replication", move |t| {
             replication::replication_loop(n, every, t)
         });
+        ns.persister.configure(
+            &conf.cluster.auth_token,
+            conf.worker.max_frame_size.0 as usize,
+            conf.master.persist_concurrency,
+        );
+        let n = ns.clone();
+        ns.tasks
+            .spawn("persist", move |t| persist::persist_loop(n, t.token()));
+        let n = ns.clone();
+        ns.tasks.spawn("ttl", move |t| ttl::ttl_loop(n, t.token()));
     }
 
     let serving = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -143,11 +143,6 @@ impl Namespace {
         if path == "/" {
             return Err(FsError::invalid("cannot mount on /"));
         }
-        if req.mode == MountMode::Async as i32 {
-            return Err(FsError::invalid(
-                "mode async is not supported yet (use through or cache)",
-            ));
-        }
         let op = ufs::build(&req.ufs_uri, &req.options)?;
         let _one = self.mounts.change.lock().await;
         if let Some(m) = self.mounts.conflict(&path) {

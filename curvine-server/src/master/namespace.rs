@@ -45,6 +45,11 @@ pub struct Namespace {
     pub(super) tasks: curvine_common::tasks::Tasks,
     /// Load jobs (in memory).
     pub(super) jobs: super::jobs::Jobs,
+    /// Uploads of files written under mounts.
+    pub(super) persister: super::persist::Persister,
+    /// When files under mounts with a TTL were last opened (in memory: after a restart
+    /// a file's age counts from its mtime).
+    pub(super) opened: super::ttl::LastOpen,
 }
 
 /// Read access shared by the store (lock-free reads) and a transaction (its own
@@ -256,6 +261,9 @@ impl Txn<'_> {
         if !child.complete {
             self.del_meta(store::open_key(child.id));
             self.releases.push(child.id);
+        }
+        if child.ufs.as_ref().is_some_and(|u| !u.persisted) {
+            self.del_meta(super::persist::pending_key(child.id));
         }
         self.del_inode(child.id);
         self.counters.files = self.counters.files.saturating_sub(1);
@@ -482,6 +490,8 @@ impl Namespace {
             changes: ChangeLog::new(KEPT_CHANGES, KEPT_BYTES, FOLLOW_GRACE),
             mounts,
             tasks,
+            persister: Default::default(),
+            opened: Default::default(),
         };
         ns.workers.load(&ns.store)?;
         // Writers of files open before the restart get a fresh lease to continue.

@@ -298,7 +298,13 @@ impl Namespace {
                 .iter()
                 .filter(|l| l.worker_id != worker && live.contains_key(&l.worker_id))
                 .count();
-            if others == 0 {
+            // the under-store holds a persisted file's blocks: its last replica can go
+            let in_store = b.ufs
+                && txn
+                    .store
+                    .inode(b.inode)?
+                    .is_some_and(|i| i.ufs.as_ref().is_some_and(|u| u.persisted));
+            if others == 0 && !in_store {
                 warn!(block, worker, %reason, "bad replica reported but it is the last live one; keeping it");
                 return Ok(false);
             }
@@ -313,7 +319,7 @@ impl Namespace {
             Ok(true)
         })?;
         if removed {
-            info!(block, worker, %reason, "bad replica removed; re-replicating");
+            info!(block, worker, %reason, "bad replica removed");
             self.repl.note_bad(1);
         }
         Ok((removed, seq))

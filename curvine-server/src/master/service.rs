@@ -42,6 +42,7 @@ impl MasterService for MasterSvc {
     async fn mkdir(&self, req: Request<MkdirRequest>) -> Reply<MkdirResponse> {
         fault_rpc!("master.Mkdir", &req);
         let r = req.into_inner();
+        self.ns.check_writable(&r.path)?;
         let st = self
             .durable(
                 &r.caller,
@@ -55,6 +56,7 @@ impl MasterService for MasterSvc {
     async fn create(&self, req: Request<CreateRequest>) -> Reply<CreateResponse> {
         fault_rpc!("master.Create", &req);
         let r = req.into_inner();
+        self.ns.check_writable(&r.path)?;
         let (st, first_block) = self.durable(&r.caller, self.ns.create(&r)).await?;
         Ok(Response::new(CreateResponse {
             status: Some(st),
@@ -65,6 +67,7 @@ impl MasterService for MasterSvc {
     async fn append(&self, req: Request<AppendRequest>) -> Reply<AppendResponse> {
         fault_rpc!("master.Append", &req);
         let r = req.into_inner();
+        self.ns.check_writable(&r.path)?;
         let (st, last) = self.durable(&r.caller, self.ns.append(&r)).await?;
         Ok(Response::new(AppendResponse {
             status: Some(st),
@@ -82,7 +85,11 @@ impl MasterService for MasterSvc {
     async fn complete(&self, req: Request<CompleteRequest>) -> Reply<CompleteResponse> {
         fault_rpc!("master.Complete", &req);
         let r = req.into_inner();
-        let st = self.durable(&r.caller, self.ns.complete(&r)).await?;
+        let mut st = self.durable(&r.caller, self.ns.complete(&r)).await?;
+        // a through mount: close returns once the under-store holds the file
+        if self.ns.persist_on_close(r.file_id).await? {
+            st.persisted = true;
+        }
         Ok(Response::new(CompleteResponse { status: Some(st) }))
     }
 
@@ -96,6 +103,7 @@ impl MasterService for MasterSvc {
     async fn mknod(&self, req: Request<MknodRequest>) -> Reply<MknodResponse> {
         fault_rpc!("master.Mknod", &req);
         let r = req.into_inner();
+        self.ns.check_writable(&r.path)?;
         let st = self.durable(&r.caller, self.ns.mknod(&r)).await?;
         Ok(Response::new(MknodResponse { status: Some(st) }))
     }
@@ -155,24 +163,40 @@ impl MasterService for MasterSvc {
     async fn rename(&self, req: Request<RenameRequest>) -> Reply<RenameResponse> {
         fault_rpc!("master.Rename", &req);
         let r = req.into_inner();
-        let time_ms = self
-            .durable(
-                &r.caller,
-                self.ns.rename(&r.src, &r.dst, r.flags, &caller(&r.caller)),
-            )
-            .await?;
+        self.ns.check_writable(&r.src)?;
+        self.ns.check_writable(&r.dst)?;
+        let c = caller(&r.caller);
+        let copy = self.ns.ufs_rename_prepare(&r.src, &r.dst, &c).await?;
+        let renamed = self
+            .durable(&r.caller, self.ns.rename(&r.src, &r.dst, r.flags, &c))
+            .await;
+        let time_ms = match (renamed, copy) {
+            (Ok(t), Some(copy)) => {
+                self.ns.ufs_rename_done(copy).await?;
+                t
+            }
+            (Ok(t), None) => t,
+            (Err(e), Some(copy)) => {
+                self.ns.ufs_rename_undo(&copy).await;
+                return Err(e);
+            }
+            (Err(e), None) => return Err(e),
+        };
         Ok(Response::new(RenameResponse { time_ms }))
     }
 
     async fn delete(&self, req: Request<DeleteRequest>) -> Reply<DeleteResponse> {
         fault_rpc!("master.Delete", &req);
         let r = req.into_inner();
+        self.ns.check_writable(&r.path)?;
+        let c = caller(&r.caller);
+        let target = self.ns.ufs_delete_target(&r.path, &c).await?;
         let at = self
-            .durable(
-                &r.caller,
-                self.ns.delete(&r.path, r.recursive, &caller(&r.caller)),
-            )
+            .durable(&r.caller, self.ns.delete(&r.path, r.recursive, &c))
             .await?;
+        if let Some((m, key, dir)) = target {
+            self.ns.ufs_delete(&m, &key, dir).await?;
+        }
         Ok(Response::new(DeleteResponse {
             deleted: true,
             parent_mtime_ms: at,
@@ -182,6 +206,7 @@ impl MasterService for MasterSvc {
     async fn set_attr(&self, req: Request<SetAttrRequest>) -> Reply<SetAttrResponse> {
         fault_rpc!("master.SetAttr", &req);
         let r = req.into_inner();
+        self.ns.check_writable(&r.path)?;
         let st = self.durable(&r.caller, self.ns.set_attr(&r)).await?;
         Ok(Response::new(SetAttrResponse { status: Some(st) }))
     }
@@ -189,18 +214,24 @@ impl MasterService for MasterSvc {
     async fn truncate(&self, req: Request<TruncateRequest>) -> Reply<TruncateResponse> {
         fault_rpc!("master.Truncate", &req);
         let r = req.into_inner();
-        let st = self
+        self.ns.check_writable(&r.path)?;
+        let mut st = self
             .durable(
                 &r.caller,
                 self.ns.truncate(&r.path, r.len, &caller(&r.caller)),
             )
             .await?;
+        // a through mount: the store's object gets the new length before the reply
+        if self.ns.persist_on_close(st.id).await? {
+            st.persisted = true;
+        }
         Ok(Response::new(TruncateResponse { status: Some(st) }))
     }
 
     async fn symlink(&self, req: Request<SymlinkRequest>) -> Reply<SymlinkResponse> {
         fault_rpc!("master.Symlink", &req);
         let r = req.into_inner();
+        self.ns.check_writable(&r.link)?;
         let st = self
             .durable(
                 &r.caller,
@@ -220,6 +251,7 @@ impl MasterService for MasterSvc {
     async fn link(&self, req: Request<LinkRequest>) -> Reply<LinkResponse> {
         fault_rpc!("master.Link", &req);
         let r = req.into_inner();
+        self.ns.check_writable(&r.dst)?;
         let st = self
             .durable(&r.caller, self.ns.link(&r.src, &r.dst, &caller(&r.caller)))
             .await?;
@@ -229,6 +261,7 @@ impl MasterService for MasterSvc {
     async fn set_xattr(&self, req: Request<SetXattrRequest>) -> Reply<SetXattrResponse> {
         fault_rpc!("master.SetXattr", &req);
         let r = req.into_inner();
+        self.ns.check_writable(&r.path)?;
         self.durable(
             &r.caller,
             self.ns
@@ -255,6 +288,7 @@ impl MasterService for MasterSvc {
     async fn remove_xattr(&self, req: Request<RemoveXattrRequest>) -> Reply<RemoveXattrResponse> {
         fault_rpc!("master.RemoveXattr", &req);
         let r = req.into_inner();
+        self.ns.check_writable(&r.path)?;
         self.durable(
             &r.caller,
             self.ns.remove_xattr(&r.path, &r.name, &caller(&r.caller)),
@@ -413,5 +447,12 @@ impl MasterService for MasterSvc {
         let r = req.into_inner();
         let job = self.ns.jobs.cancel(r.job_id)?;
         Ok(Response::new(CancelLoadResponse { job: Some(job) }))
+    }
+
+    async fn persist(&self, req: Request<PersistRequest>) -> Reply<PersistResponse> {
+        fault_rpc!("master.Persist", &req);
+        let r = req.into_inner();
+        let (files, bytes) = self.ns.persist_path(&r.path, &caller(&r.caller)).await?;
+        Ok(Response::new(PersistResponse { files, bytes }))
     }
 }

@@ -485,33 +485,7 @@ impl Namespace {
 
     fn free_in(&self, txn: &mut Txn<'_>, ino: &InodeRec, n: &mut (u64, u64, u64)) -> FsResult<()> {
         if is_file(ino) {
-            if !ino.ufs.as_ref().is_some_and(|u| u.persisted) {
-                return Ok(()); // Curvine holds the only copy
-            }
-            let mut any = false;
-            for mut b in txn.store.blocks(&ino.blocks)?.into_iter().flatten() {
-                if b.locs.is_empty() || !b.ufs {
-                    continue;
-                }
-                for l in std::mem::take(&mut b.locs) {
-                    txn.del_worker_block(l.worker_id, b.id);
-                    txn.deletes.push(Delete {
-                        worker: l.worker_id,
-                        block: b.id,
-                        tier: l.tier,
-                        len: b.len,
-                    });
-                    txn.freed.push((l.worker_id, b.id));
-                }
-                n.1 += 1;
-                n.2 += b.len;
-                any = true;
-                txn.put_block(b);
-            }
-            if any {
-                n.0 += 1;
-            }
-            return Ok(());
+            return self.free_file(txn, ino, n);
         }
         if !is_dir(ino) {
             return Ok(());
@@ -531,6 +505,43 @@ impl Namespace {
         }
     }
 
+    /// Drop the cached blocks of file `ino` when the under-store holds it; adds to
+    /// `n` = (files, blocks, bytes).
+    pub(super) fn free_file(
+        &self,
+        txn: &mut Txn<'_>,
+        ino: &InodeRec,
+        n: &mut (u64, u64, u64),
+    ) -> FsResult<()> {
+        if !ino.ufs.as_ref().is_some_and(|u| u.persisted) {
+            return Ok(()); // Curvine holds the only copy
+        }
+        let mut any = false;
+        for mut b in txn.store.blocks(&ino.blocks)?.into_iter().flatten() {
+            if b.locs.is_empty() || !b.ufs {
+                continue;
+            }
+            for l in std::mem::take(&mut b.locs) {
+                txn.del_worker_block(l.worker_id, b.id);
+                txn.deletes.push(Delete {
+                    worker: l.worker_id,
+                    block: b.id,
+                    tier: l.tier,
+                    len: b.len,
+                });
+                txn.freed.push((l.worker_id, b.id));
+            }
+            n.1 += 1;
+            n.2 += b.len;
+            any = true;
+            txn.put_block(b);
+        }
+        if any {
+            n.0 += 1;
+        }
+        Ok(())
+    }
+
     /// For `open`: each block of an under-store file that no live worker holds gets the
     /// worker that is to fetch it (on the reader's host first), and the range to fetch.
     pub(super) fn assign_fetchers(
@@ -539,8 +550,15 @@ impl Namespace {
         blocks: &mut [LocatedBlock],
         client_host: &str,
     ) {
-        let Some(u) = &ino.ufs else {
-            return;
+        // a file written again since its upload (an append, a truncate) keeps the old
+        // object's etag: its unchanged blocks can be read from that object while it
+        // is there (the fetch checks the etag)
+        let Some(u) = ino
+            .ufs
+            .as_ref()
+            .filter(|u| u.persisted || !u.etag.is_empty())
+        else {
+            return; // not in the store: Curvine's replicas are the only copy
         };
         for b in blocks.iter_mut() {
             if !b.locations.is_empty() {

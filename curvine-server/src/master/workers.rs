@@ -38,6 +38,8 @@ pub(super) struct WorkerState {
     pub freeing_sent: HashMap<i32, u64>,
     /// Re-replication copies to hand out in the next heartbeat reply.
     pub pending_copies: Vec<CopyCommand>,
+    /// Blocks to tell the worker it may drop (the under-store holds them).
+    pub pending_droppable: Vec<u64>,
     /// Blocks allocated here since the last heartbeat: (tier, bytes in `reserved`).
     pub reserved_blocks: HashMap<u64, (i32, u64)>,
     pub scrubbed_bytes: u64,
@@ -110,6 +112,14 @@ impl Workers {
         if let Some(w) = self.write().get_mut(&d.worker) {
             w.pending_deletes.push(d.block);
             *w.freeing.entry(d.tier).or_default() += d.len;
+        }
+    }
+
+    /// Tell `worker` in its next heartbeat that it may drop `block` (the under-store
+    /// holds it).
+    pub fn queue_droppable(&self, worker: u32, block: u64) {
+        if let Some(w) = self.write().get_mut(&worker) {
+            w.pending_droppable.push(block);
         }
     }
 
@@ -303,6 +313,7 @@ fn new_state(id: u32, mut address: WorkerAddress) -> WorkerState {
         freeing: HashMap::new(),
         freeing_sent: HashMap::new(),
         pending_copies: Vec::new(),
+        pending_droppable: Vec::new(),
         reserved_blocks: HashMap::new(),
         scrubbed_bytes: 0,
         tasks: Vec::new(),
@@ -311,11 +322,14 @@ fn new_state(id: u32, mut address: WorkerAddress) -> WorkerState {
 }
 
 fn free_in(w: &WorkerState, tier: StorageTier) -> u64 {
-    let (cap, used) = w
-        .tiers
-        .iter()
-        .filter(|t| t.tier == tier as i32)
-        .fold((0u64, 0u64), |(c, u), t| (c + t.capacity, u + t.used));
+    let (cap, used) =
+        w.tiers
+            .iter()
+            .filter(|t| t.tier == tier as i32)
+            .fold((0u64, 0u64), |(c, u), t| {
+                // blocks the worker drops when it needs the room count as free
+                (c + t.capacity, u + t.used.saturating_sub(t.evictable))
+            });
     let t = tier as i32;
     let get = |m: &HashMap<i32, u64>| m.get(&t).copied().unwrap_or(0);
     let freeing = get(&w.freeing).saturating_add(get(&w.freeing_sent));
@@ -488,10 +502,12 @@ impl Namespace {
                     reregister: true,
                     copy_blocks: Vec::new(),
                     load_blocks: Vec::new(),
+                    droppable_blocks: Vec::new(),
                 },
                 0,
             ));
         }
+        let droppable = self.droppable_of(&req.added)?;
         let (stale, seq) = if req.added.is_empty() && req.removed.is_empty() {
             (Vec::new(), 0)
         } else {
@@ -522,6 +538,7 @@ impl Namespace {
                     reregister: true,
                     copy_blocks: Vec::new(),
                     load_blocks: Vec::new(),
+                    droppable_blocks: Vec::new(),
                 },
                 seq,
             ));
@@ -548,6 +565,8 @@ impl Namespace {
         // this report shows the deletions sent last time; those sent now show next time
         w.freeing_sent = std::mem::take(&mut w.freeing);
         let copy_blocks = std::mem::take(&mut w.pending_copies);
+        w.pending_droppable.extend(droppable);
+        let droppable_blocks = std::mem::take(&mut w.pending_droppable);
         drop(m);
         let live = self.workers.live_addresses();
         let load_blocks = self.jobs.dispatch(id, |w| live.contains_key(&w));
@@ -561,6 +580,7 @@ impl Namespace {
                 reregister: false,
                 copy_blocks,
                 load_blocks,
+                droppable_blocks,
             },
             seq,
         ))

@@ -72,6 +72,8 @@ pub(super) struct Inner {
     pub touched: Vec<(u64, u64)>,
     pub pending_added: HashMap<u64, BlockReplica>,
     pub pending_removed: HashSet<u64>,
+    /// Blocks the under-store holds (the master said so): the last tier may drop them.
+    pub droppable: HashSet<u64>,
 }
 
 /// Reads gathered before they are written to the index at once.
@@ -174,6 +176,7 @@ impl BlockStore {
             touched: Vec::new(),
             pending_added: HashMap::new(),
             pending_removed: HashSet::new(),
+            droppable: HashSet::new(),
         };
         for (idx, td) in dirs.iter().enumerate() {
             let moved = layout::ensure_sharded(&td.path)?;
@@ -223,7 +226,17 @@ impl BlockStore {
     }
 
     pub fn tier_reports(&self) -> Vec<TierReport> {
-        self.lock().tiers.iter().map(Tier::report).collect()
+        let g = self.lock();
+        let mut v: Vec<TierReport> = g.tiers.iter().map(Tier::report).collect();
+        let last = v.len().saturating_sub(1);
+        for id in &g.droppable {
+            if let Ok(Some(m)) = g.blocks.get(*id) {
+                if m.tier() == last {
+                    v[last].evictable += m.len;
+                }
+            }
+        }
+        v
     }
 
     /// Up to `limit` ids of committed blocks from `start` on, in order (a page of the
@@ -514,6 +527,7 @@ impl BlockStore {
             };
             // an eviction copying it finds it gone and drops its copy
             g.moving.remove(&id);
+            g.droppable.remove(&id);
             let t = &mut g.tiers[m.tier()];
             t.committed = t.committed.saturating_sub(m.len);
             t.blocks = t.blocks.saturating_sub(1);
@@ -806,6 +820,8 @@ impl WriteHandle {
             t.blocks += 1;
             let tier_kind = t.tier;
             let over_high = (t.used() as f64) > store.conf.high_watermark * t.capacity as f64;
+            // a block written anew (an append) holds bytes the store may not have
+            g.droppable.remove(&id);
             g.note_added(id, len, tier_kind);
             self.done = true;
             (dst, tier_kind, over_high)

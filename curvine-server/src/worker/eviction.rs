@@ -1,7 +1,9 @@
 //! Eviction: least-recently-used committed blocks move down one tier (MEM -> SSD -> HDD)
 //! when a tier passes its high watermark (background task) or when a reservation does
-//! not fit (synchronously, in the caller's blocking thread). The last tier never evicts:
-//! blocks cannot be rebuilt yet, so when every tier is full a write gets NoSpace.
+//! not fit (synchronously, in the caller's blocking thread). The last tier drops only
+//! blocks the master named droppable (their under-store holds them; a read fetches
+//! them again), least recently used first, and reports them removed; when no such
+//! block is left a write gets NoSpace.
 //!
 //! A move copies block + sidecar into the next tier's staging dir, then, under the index
 //! lock, renames them into that tier's `blocks/` and repoints the index; the source is
@@ -71,6 +73,10 @@ impl BlockStore {
                     continue;
                 }
                 if last {
+                    drop(g);
+                    if self.drop_one(idx) {
+                        continue;
+                    }
                     return false;
                 }
                 match pick_victim(&mut g, idx) {
@@ -270,7 +276,77 @@ impl BlockStore {
         if moved > 0 {
             info!(moved, "eviction pass demoted blocks");
         }
+        if let Some(last) = n_tiers.checked_sub(1) {
+            let mut dropped = 0;
+            loop {
+                let (used, cap) = {
+                    let g = self.lock();
+                    (g.tiers[last].used(), g.tiers[last].capacity)
+                };
+                let limit = if dropped == 0 {
+                    self.conf.high_watermark
+                } else {
+                    self.conf.low_watermark
+                };
+                if (used as f64) <= limit * cap as f64 || !self.drop_one(last) {
+                    break;
+                }
+                dropped += 1;
+            }
+            if dropped > 0 {
+                info!(dropped, "eviction pass dropped under-store blocks");
+            }
+            moved += dropped;
+        }
         moved
+    }
+
+    /// Blocks the under-store holds (the master's word): the last tier may drop them.
+    pub fn mark_droppable(&self, ids: &[u64]) -> FsResult<()> {
+        let mut g = self.lock();
+        for &id in ids {
+            if g.blocks.get(id)?.is_some() {
+                g.droppable.insert(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drop the least recently used droppable block of tier `idx`; whether one went.
+    fn drop_one(&self, idx: usize) -> bool {
+        let victim = {
+            let mut g = self.lock();
+            if let Err(e) = g.record_touches() {
+                warn!(error = %e, "cannot record block reads before a drop");
+            }
+            let g = &mut *g;
+            let (moving, droppable) = (&g.moving, &g.droppable);
+            if droppable.is_empty() {
+                return false;
+            }
+            match g.blocks.oldest(idx, 1, |id| {
+                moving.contains(&id) || !droppable.contains(&id)
+            }) {
+                Ok(v) => v.first().copied(),
+                Err(e) => {
+                    warn!(error = %e, "cannot pick a block to drop");
+                    None
+                }
+            }
+        };
+        let Some(id) = victim else {
+            return false;
+        };
+        match self.delete(id) {
+            Ok(_) => {
+                debug!(block = id, "dropped a block the under-store holds");
+                true
+            }
+            Err(e) => {
+                warn!(block = id, error = %e, "cannot drop a block");
+                false
+            }
+        }
     }
 }
 

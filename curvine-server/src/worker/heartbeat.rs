@@ -411,6 +411,13 @@ impl Session {
                 deleted, "deleted blocks on the master's request"
             );
         }
+        if !resp.droppable_blocks.is_empty() {
+            let store = self.store.clone();
+            let ids = resp.droppable_blocks;
+            tokio::task::spawn_blocking(move || store.mark_droppable(&ids))
+                .await
+                .map_err(|e| FsError::internal(e.to_string()))??;
+        }
         // after the deletions: a copy must not find the bad replica it replaces
         if !resp.copy_blocks.is_empty() {
             match &self.copy {

@@ -107,6 +107,7 @@ impl Tier {
             used: self.used(),
             blocks: self.blocks,
             dir: self.dir.display().to_string(),
+            evictable: 0, // filled in by the block store, which knows the droppable set
         }
     }
 }

@@ -88,6 +88,7 @@ impl MasterService for FakeMaster {
         submit_load(SubmitLoadRequest) -> SubmitLoadResponse;
         get_load(GetLoadRequest) -> GetLoadResponse;
         cancel_load(CancelLoadRequest) -> CancelLoadResponse;
+        persist(PersistRequest) -> PersistResponse;
     }
 
     async fn register_worker(
