@@ -306,7 +306,9 @@ fn report_lists_the_background_tasks() {
                 "journal_sync",
                 "lease_expiry",
                 "lost_workers",
-                "replication"
+                "persist",
+                "replication",
+                "ttl"
             ]
         );
         assert!(r.tasks.iter().all(|t| state_name(t.state) != "stopped"));

@@ -337,20 +337,26 @@ fn concurrent_cold_readers_of_a_block_cause_one_store_read() {
 fn a_cold_read_finishes_on_another_worker_when_its_fetcher_is_lost() {
     runtime().block_on(async {
         let mut c = cluster(2).await;
-        let fs = CurvineFs::connect(c.client_conf()).await.unwrap();
+        // no read-ahead: only the reader's own fetch may hang
+        let mut conf = c.client_conf();
+        conf.client.ufs_read_ahead_blocks = 0;
+        let fs = CurvineFs::connect(conf).await.unwrap();
         let s3 = S3Server::start(&[BUCKET]).await.unwrap();
         let v = data(3 * BS + 5, 600);
         let objs = vec![("f".to_string(), v.clone())];
         mount_with(&fs, &s3, &s3.endpoint(), "r2", "/r2", &objs).await;
         fs.stat("/r2/f").await.unwrap();
-        // the first fetch hangs on whichever worker the master picked
+        // the first fetch hangs on whichever worker the master picked: one rule per
+        // worker, so the one that fired names it
         let ws: Vec<String> = (0..2).map(|i| c.worker_addr(i).to_string()).collect();
-        fault::arm_at(
-            "worker.ufs_fetch",
-            &ws,
-            Fault::Delay(Duration::from_secs(600)),
-            Some(1),
-        );
+        for w in &ws {
+            fault::arm_at(
+                "worker.ufs_fetch",
+                [w],
+                Fault::Delay(Duration::from_secs(600)),
+                Some(1),
+            );
+        }
         let reader = {
             let fs = fs.clone();
             tokio::spawn(async move { fs.read_file("/r2/f").await })
@@ -363,6 +369,7 @@ fn a_cold_read_finishes_on_another_worker_when_its_fetcher_is_lost() {
         let lost = (0..2)
             .find(|&i| fault::fired("worker.ufs_fetch", [&ws[i]]) > 0)
             .unwrap();
+        fault::clear_at("worker.ufs_fetch", [&ws[1 - lost]]);
         c.stop_worker(lost).await.unwrap();
         let got = tokio::time::timeout(Duration::from_secs(30), reader)
             .await
