@@ -4,7 +4,6 @@
 //! worker lost during a cold read. Each test runs its own cluster and server, since
 //! they stop nodes. Needs `--features curvine-server/fault-injection`.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use curvine_client::proto::{LoadJob, LoadState, MountInfo};
@@ -12,7 +11,7 @@ use curvine_client::CurvineFs;
 use curvine_common::conf::{ByteSize, Dur, TierDir};
 use curvine_common::proto::StorageTier;
 use curvine_server::fault::{self, Fault};
-use curvine_server::testing::s3::{Proxy, S3Server, ACCESS_KEY, SECRET_KEY};
+use curvine_server::testing::s3::{object_data as data, options as s3_options, Proxy, S3Server};
 use curvine_server::testing::{wait_until, MiniCluster};
 
 const BS: usize = 96 << 10;
@@ -39,27 +38,6 @@ async fn cluster(workers: usize) -> MiniCluster {
         .start()
         .await
         .expect("cluster")
-}
-
-fn data(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
-fn s3_options(endpoint: &str) -> HashMap<String, String> {
-    let mut o = HashMap::new();
-    o.insert("endpoint".into(), endpoint.to_string());
-    o.insert("region".into(), "us-east-1".into());
-    o.insert("access_key_id".into(), ACCESS_KEY.into());
-    o.insert("secret_access_key".into(), SECRET_KEY.into());
-    o
 }
 
 /// Put `objects` (key, bytes) into the test bucket and mount `s3://bkt/prefix` at

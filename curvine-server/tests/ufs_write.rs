@@ -5,7 +5,6 @@
 //! that is down fails `close` naming the store and the key. Block size 96 KiB so that
 //! multi-block files stay small.
 
-use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -13,7 +12,7 @@ use curvine_client::proto::{MountInfo, MountMode, TtlAction};
 use curvine_client::{CurvineFs, FsError};
 use curvine_common::conf::{ByteSize, Dur, TierDir};
 use curvine_common::proto::StorageTier;
-use curvine_server::testing::s3::{S3Server, ACCESS_KEY, SECRET_KEY};
+use curvine_server::testing::s3::{object_data as data, options as s3_options, S3Server};
 use curvine_server::testing::{wait_until, MiniCluster, TierSpec};
 use tokio::runtime::Runtime;
 
@@ -69,27 +68,6 @@ fn env() -> &'static Env {
 fn run<F: std::future::Future<Output = ()>>(f: impl FnOnce(&'static Env) -> F) {
     let e = env();
     e.rt.block_on(f(e));
-}
-
-fn data(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
-fn s3_options(endpoint: &str) -> HashMap<String, String> {
-    let mut o = HashMap::new();
-    o.insert("endpoint".into(), endpoint.to_string());
-    o.insert("region".into(), "us-east-1".into());
-    o.insert("access_key_id".into(), ACCESS_KEY.into());
-    o.insert("secret_access_key".into(), SECRET_KEY.into());
-    o
 }
 
 fn op_for(s3: &S3Server, bucket: &str) -> opendal::Operator {

@@ -17,6 +17,32 @@ use tokio_util::sync::CancellationToken;
 pub const ACCESS_KEY: &str = "curvine-test-key";
 pub const SECRET_KEY: &str = "curvine-test-secret";
 
+/// OpenDAL's S3 options for the test server at `endpoint` (its keys, a fixed region).
+pub fn options(endpoint: &str) -> std::collections::HashMap<String, String> {
+    [
+        ("endpoint", endpoint),
+        ("region", "us-east-1"),
+        ("access_key_id", ACCESS_KEY),
+        ("secret_access_key", SECRET_KEY),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// `len` deterministic bytes for object `seed`, different for every seed.
+pub fn object_data(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
 /// The `s3s-fs` binary: `$S3S_FS`, else on the PATH, else in `~/.cargo/bin`.
 pub fn s3s_fs_binary() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("S3S_FS") {
