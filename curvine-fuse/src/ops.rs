@@ -746,7 +746,14 @@ impl Filesystem for CurvineFuse {
                 }
                 let ino = self.inodes.ino_of(st.id);
                 let state = self.open_state(ino);
-                state.write().await.start_stream(w);
+                {
+                    let created_ms = w.status().mtime_ms;
+                    let mut s = state.write().await;
+                    s.start_stream(w);
+                    // the file's times stay those of its create until it is written:
+                    // closing it unwritten changes neither its mtime nor its ctime
+                    s.mtime_ms = created_ms;
+                }
                 // The handle holds the new file's stream whatever its access mode: its
                 // close (FLUSH) completes the file, so the file's times are final when
                 // close(2) returns (not at the asynchronous RELEASE).

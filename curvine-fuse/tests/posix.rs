@@ -110,6 +110,33 @@ fn directory_times_follow_changes_here_and_elsewhere() {
     );
 }
 
+/// Closing a file that was created and never written changes none of its times: the
+/// times the kernel kept from the create stay true, so a refused truncate that follows
+/// sees the same ctime however late the mount hears of the close.
+#[test]
+fn closing_an_unwritten_new_file_keeps_its_times() {
+    let (dir, cv) = test_dir("unwritten");
+    let s = shared();
+    let ms = |m: &fs::Metadata| {
+        (
+            m.mtime() * 1000 + m.mtime_nsec() / 1_000_000,
+            m.ctime() * 1000 + m.ctime_nsec() / 1_000_000,
+        )
+    };
+    let now_ms = curvine_common::types::now_ms;
+    for i in 0..5 {
+        let p = dir.join(format!("f{i}"));
+        let f = File::create(&p).unwrap();
+        let open = ms(&f.metadata().unwrap());
+        // the close comes in a later millisecond than the create
+        assert!(wait_for(std::time::Duration::from_secs(5), || now_ms() > open.1 + 2));
+        drop(f);
+        let st = s.rt.block_on(s.fs.stat(&format!("{cv}/f{i}"))).unwrap();
+        assert_eq!((st.mtime_ms, st.ctime_ms), open, "file {i}");
+        assert_eq!(ms(&fs::metadata(&p).unwrap()), open, "file {i}");
+    }
+}
+
 #[test]
 fn kept_pages_follow_changes_made_elsewhere() {
     let (dir, cv) = test_dir("keep");

@@ -363,7 +363,13 @@ impl Namespace {
             } else {
                 txn.now
             };
-            ino.ctime_ms = txn.now;
+            // ctime is the last change: the writer's last write (its mtime) or a later
+            // change of attributes; a writer that wrote nothing leaves it as it was
+            ino.ctime_ms = if req.mtime_ms > 0 {
+                ino.ctime_ms.max(ino.mtime_ms)
+            } else {
+                txn.now
+            };
             txn.del_meta(store::open_key(ino.id));
             txn.releases.push(ino.id);
             self.mark_written(txn, &mut ino, &req.path);

@@ -852,6 +852,25 @@ fn complete_keeps_the_writers_mtime() {
     let future = done("/future", i64::MAX).mtime_ms;
     assert!(future >= before && future <= now_ms(), "{future}");
     assert!(done("/now", 0).mtime_ms >= before);
+    // a writer that wrote nothing (its mtime is the create's) leaves the ctime too
+    let ((st, _), _) = ns.create(&create_req("/unwritten", &c)).unwrap();
+    while now_ms() <= st.ctime_ms {
+        std::thread::yield_now();
+    }
+    let closed = ns
+        .complete(&CompleteRequest {
+            file_id: st.id,
+            path: "/unwritten".into(),
+            caller: Some(c.clone()),
+            mtime_ms: st.mtime_ms,
+            ..Default::default()
+        })
+        .unwrap()
+        .0;
+    assert_eq!(
+        (closed.mtime_ms, closed.ctime_ms),
+        (st.mtime_ms, st.ctime_ms)
+    );
 }
 
 /// Every path and attribute seen under `p`, depth first, by walking names from `p`.
