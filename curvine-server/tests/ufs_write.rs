@@ -163,6 +163,57 @@ fn through_writes_are_in_the_bucket_when_close_returns() {
     });
 }
 
+/// An append to a through file whose blocks a worker dropped before the master heard
+/// of it (an eviction between heartbeats): the upload at close reads what that worker
+/// no longer has from the object it came from, and the bucket gets the whole file.
+#[test]
+fn a_through_append_uploads_blocks_a_worker_dropped_unreported() {
+    run(|e| async move {
+        e.fs.mount(mount_info(
+            "w9",
+            "/w9",
+            MountMode::Through,
+            &e.s3.endpoint(),
+        ))
+        .await
+        .unwrap();
+        let first = data(2 * BS, 31);
+        e.fs.write_file("/w9/f", &first).await.unwrap();
+        // the block files go behind the workers' backs: their reports still list them
+        let mut removed = 0;
+        for b in e.fs.block_locations("/w9/f").await.unwrap() {
+            for i in 0..e.cluster.worker_count() {
+                let dirs: Vec<TierDir> = e
+                    .cluster
+                    .worker_dirs(i)
+                    .into_iter()
+                    .map(|path| TierDir {
+                        tier: StorageTier::Mem,
+                        capacity: None,
+                        path,
+                    })
+                    .collect();
+                if let Some((data_file, _)) = curvine_server::worker::block_path(&dirs, b.block_id)
+                {
+                    std::fs::remove_file(&data_file).unwrap();
+                    removed += 1;
+                }
+            }
+        }
+        assert!(removed >= 2, "{removed} block files removed");
+        let tail = data(1000, 32);
+        let mut w = e.fs.append("/w9/f").await.unwrap();
+        w.write(&tail).await.unwrap();
+        w.close()
+            .await
+            .expect("the append's upload reads the dropped blocks from the store");
+        let mut whole = first.clone();
+        whole.extend_from_slice(&tail);
+        assert!(object(&e.s3, "w9/f").await.as_ref() == Some(&whole));
+        e.fs.umount("/w9").await.unwrap();
+    });
+}
+
 #[test]
 fn async_writes_reach_the_bucket_later_and_persist_forces_them() {
     run(|e| async move {

@@ -252,54 +252,76 @@ impl Namespace {
         let mut sent = 0u64;
         let streamed = async {
             for b in &blocks {
-                let loc = b.locations.first().and_then(|l| l.address.clone());
-                let Some(a) = loc else {
-                    // a block dropped from the cache: the object it came from still
-                    // holds it (S3 shows a new object only when its upload completes)
-                    let old = in_store
-                        .then_some(u.etag.as_str())
-                        .filter(|e| !e.is_empty());
-                    let Some(etag) = old else {
-                        return Err(FsError::BlockNotFound {
-                            block_id: b.block_id,
-                            worker: "any live worker".into(),
-                        });
-                    };
-                    let range = b.offset..b.offset + b.len;
-                    let bytes = op
-                        .read_with(&u.key)
-                        .range(range)
-                        .if_match(etag)
-                        .await
-                        .map_err(|e| ufs::store_err(m.uri(), &u.key, &e))?;
-                    if bytes.len() as u64 != b.len {
-                        return Err(FsError::UnderStore {
-                            store: m.uri().to_string(),
-                            key: u.key.clone(),
-                            message: format!(
-                                "{} bytes where block {} has {}",
-                                bytes.len(),
-                                b.block_id,
-                                b.len
-                            ),
-                        });
-                    }
-                    w.write(bytes)
-                        .await
-                        .map_err(|e| ufs::store_err(m.uri(), &u.key, &e))?;
-                    sent += b.len;
-                    continue;
-                };
-                let addr = format!("{}:{}", a.host, a.data_port);
-                let read = stream_block(&addr, &token, max_frame, b.block_id, b.len, &mut w);
-                match tokio::time::timeout(BLOCK_READ_TIMEOUT, read).await {
-                    Ok(r) => r?,
-                    Err(_) => {
-                        return Err(FsError::Timeout {
-                            message: format!("read of block {} from {addr}", b.block_id),
-                        })
+                // the first worker that opens the block streams it; a worker that has
+                // dropped it since its last report (eviction) fails the open, before
+                // any byte reached the upload, and the next source is tried
+                let mut opened = None;
+                let mut open_err = None;
+                for a in b.locations.iter().filter_map(|l| l.address.as_ref()) {
+                    let addr = format!("{}:{}", a.host, a.data_port);
+                    let open = open_block(&addr, &token, max_frame, b.block_id, b.len);
+                    match tokio::time::timeout(BLOCK_READ_TIMEOUT, open).await {
+                        Ok(Ok(s)) => {
+                            opened = Some(s);
+                            break;
+                        }
+                        Ok(Err(e)) => {
+                            debug!(block = b.block_id, %addr, error = %e, "block source refused; trying the next");
+                            open_err = Some(e);
+                        }
+                        Err(_) => {
+                            open_err = Some(FsError::Timeout {
+                                message: format!("open of block {} at {addr}", b.block_id),
+                            })
+                        }
                     }
                 }
+                if let Some(s) = opened {
+                    let addr = s.addr.clone();
+                    match tokio::time::timeout(BLOCK_READ_TIMEOUT, s.copy_to(&mut w)).await {
+                        Ok(r) => r?,
+                        Err(_) => {
+                            return Err(FsError::Timeout {
+                                message: format!("read of block {} from {addr}", b.block_id),
+                            })
+                        }
+                    }
+                    sent += b.len;
+                    continue;
+                }
+                // no worker has it (dropped from the cache): the object it came from
+                // still holds it (S3 shows a new object only when its upload completes)
+                let old = in_store
+                    .then_some(u.etag.as_str())
+                    .filter(|e| !e.is_empty());
+                let Some(etag) = old else {
+                    return Err(open_err.unwrap_or(FsError::BlockNotFound {
+                        block_id: b.block_id,
+                        worker: "any live worker".into(),
+                    }));
+                };
+                let range = b.offset..b.offset + b.len;
+                let bytes = op
+                    .read_with(&u.key)
+                    .range(range)
+                    .if_match(etag)
+                    .await
+                    .map_err(|e| ufs::store_err(m.uri(), &u.key, &e))?;
+                if bytes.len() as u64 != b.len {
+                    return Err(FsError::UnderStore {
+                        store: m.uri().to_string(),
+                        key: u.key.clone(),
+                        message: format!(
+                            "{} bytes where block {} has {}",
+                            bytes.len(),
+                            b.block_id,
+                            b.len
+                        ),
+                    });
+                }
+                w.write(bytes)
+                    .await
+                    .map_err(|e| ufs::store_err(m.uri(), &u.key, &e))?;
                 sent += b.len;
             }
             // a hole at the end (truncate or fallocate past the data) reads as zeros
@@ -505,15 +527,27 @@ impl Namespace {
     }
 }
 
-/// Read block `id` (`len` bytes) from the worker at `addr` and write it to `w`.
-async fn stream_block(
+/// A block a worker has agreed to stream (its READ_OPEN answered OK with the whole
+/// length): nothing of it has been read yet.
+struct BlockStream {
+    addr: String,
+    id: u64,
+    len: u64,
+    max_frame: usize,
+    chunk_size: usize,
+    rd: BufReader<tokio::net::tcp::OwnedReadHalf>,
+    // the write half stays open while the block streams
+    _wr: tokio::net::tcp::OwnedWriteHalf,
+}
+
+/// Ask the worker at `addr` for block `id` (`len` bytes).
+async fn open_block(
     addr: &str,
     token: &str,
     max_frame: usize,
     id: u64,
     len: u64,
-    w: &mut opendal::Writer,
-) -> FsResult<()> {
+) -> FsResult<BlockStream> {
     let stream = TcpStream::connect(addr)
         .await
         .map_err(|e| FsError::io_ctx(format!("connect to {addr}"), e))?;
@@ -541,57 +575,73 @@ async fn stream_block(
             worker: format!("{addr} (has {} of {len} bytes)", ok.block_len),
         });
     }
-    let cs = ok.chunk_size.max(1) as usize;
-    let mut next = 0u64;
-    loop {
-        let f = read_frame(&mut rd, &mut buf, max_frame)
-            .await?
-            .ok_or_else(|| FsError::io(format!("{addr} closed the stream of block {id}")))?;
-        match DataOp::try_from(f.op) {
-            Ok(DataOp::ReadData) => {
-                if f.offset != next {
+    Ok(BlockStream {
+        addr: addr.to_string(),
+        id,
+        len,
+        max_frame,
+        chunk_size: ok.chunk_size.max(1) as usize,
+        rd,
+        _wr: wr,
+    })
+}
+
+impl BlockStream {
+    /// Write the block's bytes to `w`, each chunk checked against its CRC32C.
+    async fn copy_to(mut self, w: &mut opendal::Writer) -> FsResult<()> {
+        let (addr, id, len, cs) = (self.addr.as_str(), self.id, self.len, self.chunk_size);
+        let mut buf = BytesMut::new();
+        let mut next = 0u64;
+        loop {
+            let f = read_frame(&mut self.rd, &mut buf, self.max_frame)
+                .await?
+                .ok_or_else(|| FsError::io(format!("{addr} closed the stream of block {id}")))?;
+            match DataOp::try_from(f.op) {
+                Ok(DataOp::ReadData) => {
+                    if f.offset != next {
+                        return Err(FsError::protocol(format!(
+                            "{addr}: block {id} data at {} where {next} was expected",
+                            f.offset
+                        )));
+                    }
+                    if verify_chunks(&buf, cs, &f.crcs).is_err() {
+                        return Err(FsError::ChecksumMismatch {
+                            block_id: id,
+                            worker: addr.to_string(),
+                            message: format!("chunk at offset {} read for an upload", f.offset),
+                        });
+                    }
+                    next += buf.len() as u64;
+                    let keep = len.saturating_sub(f.offset).min(buf.len() as u64) as usize;
+                    let data = buf.split().freeze().slice(..keep);
+                    if !data.is_empty() {
+                        w.write(data)
+                            .await
+                            .map_err(|e| FsError::io(format!("upload of block {id}: {e}")))?;
+                    }
+                }
+                Ok(DataOp::ReadEnd) => break,
+                Ok(DataOp::Error) => {
+                    return Err(match f.error {
+                        Some(d) => FsError::from_detail(d),
+                        None => FsError::io(format!("{addr}: error reading block {id}")),
+                    })
+                }
+                _ => {
                     return Err(FsError::protocol(format!(
-                        "{addr}: block {id} data at {} where {next} was expected",
-                        f.offset
-                    )));
+                        "{addr}: unexpected op {} while reading block {id}",
+                        f.op
+                    )))
                 }
-                if verify_chunks(&buf, cs, &f.crcs).is_err() {
-                    return Err(FsError::ChecksumMismatch {
-                        block_id: id,
-                        worker: addr.to_string(),
-                        message: format!("chunk at offset {} read for an upload", f.offset),
-                    });
-                }
-                next += buf.len() as u64;
-                let keep = len.saturating_sub(f.offset).min(buf.len() as u64) as usize;
-                let data = buf.split().freeze().slice(..keep);
-                if !data.is_empty() {
-                    w.write(data)
-                        .await
-                        .map_err(|e| FsError::io(format!("upload of block {id}: {e}")))?;
-                }
-            }
-            Ok(DataOp::ReadEnd) => break,
-            Ok(DataOp::Error) => {
-                return Err(match f.error {
-                    Some(d) => FsError::from_detail(d),
-                    None => FsError::io(format!("{addr}: error reading block {id}")),
-                })
-            }
-            _ => {
-                return Err(FsError::protocol(format!(
-                    "{addr}: unexpected op {} while reading block {id}",
-                    f.op
-                )))
             }
         }
+        if next < len {
+            return Err(FsError::protocol(format!(
+                "{addr}: block {id} stream ended at {next} of {len} bytes"
+            )));
+        }
+        Ok(())
     }
-    if next < len {
-        return Err(FsError::protocol(format!(
-            "{addr}: block {id} stream ended at {next} of {len} bytes"
-        )));
-    }
-    Ok(())
 }
 
 /// Upload pending files whose due time has come, `master.persist_concurrency` at once;
