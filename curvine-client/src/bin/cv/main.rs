@@ -1,0 +1,215 @@
+//! `cv`: command-line access to a Curvine cluster (`cv fs ...`, `cv report`, ...).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::bail;
+use clap::{Parser, Subcommand};
+use curvine_client::stdout::{self, Stdout};
+use curvine_client::{ClusterConf, CurvineFs};
+use curvine_common::conf::CONF_ENV;
+
+mod cluster;
+mod copy;
+mod format;
+mod fs;
+mod progress;
+
+use crate::format::human;
+use crate::progress::Mode;
+
+#[derive(Parser)]
+#[command(name = "cv", about = "Curvine command-line client", version)]
+struct Cli {
+    /// Cluster configuration file (default: $CURVINE_CONF_FILE, else
+    /// ./conf/curvine-cluster.toml if present, else built-in defaults).
+    #[arg(long, global = true, value_name = "FILE")]
+    conf: Option<PathBuf>,
+    /// No progress bar or progress lines on standard error.
+    #[arg(short = 'q', long, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// File system commands.
+    #[command(subcommand)]
+    Fs(fs::FsCmd),
+    /// Cluster capacity and usage per worker and tier.
+    Report {
+        /// Print the report as one JSON object (the console's /api/report).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Mount an under-store (S3 bucket, directory) at a Curvine path; alone, list the
+    /// mounts. `cv mount resync PATH` checks PATH against the store now.
+    Mount(cluster::MountArgs),
+    /// Remove a mount: what Curvine cached of it goes; the under-store is untouched.
+    Umount { path: String },
+    /// Drop the cached blocks of under-store files (their entries stay).
+    Free { path: String },
+    /// Upload now the files at or under PATH that the under-store does not hold yet
+    /// (async mounts; a through write that failed).
+    Persist { path: String },
+    /// Load files of a mount into the cache: a job the master runs on the workers,
+    /// shown with a progress bar until it ends.
+    Load {
+        /// Load every file under PATH.
+        #[arg(short = 'r', long)]
+        recursive: bool,
+        /// Print the job id and return at once.
+        #[arg(long)]
+        no_wait: bool,
+        /// Show job JOB (a number), or the jobs of a path.
+        #[arg(long, value_name = "JOB|PATH", conflicts_with_all = ["cancel", "path"])]
+        status: Option<String>,
+        /// Cancel job JOB (what it loaded stays cached).
+        #[arg(long, value_name = "JOB", conflicts_with = "path")]
+        cancel: Option<u64>,
+        #[arg(required_unless_present_any = ["status", "cancel"])]
+        path: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cv: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        // the reader of our output went away (`cv fs cat F | head`): stop quietly, as cat does
+        Err(e) if stdout::is_closed(e.as_ref()) => ExitCode::from(stdout::CLOSED_EXIT),
+        Err(e) => {
+            // one line: the outermost context plus the root cause
+            let root = e.root_cause().to_string();
+            let top = e.to_string();
+            if top == root {
+                eprintln!("cv: {top}");
+            } else {
+                eprintln!("cv: {top}: {root}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_conf(arg: Option<&Path>) -> anyhow::Result<ClusterConf> {
+    if let Some(p) = arg {
+        return Ok(ClusterConf::load(p)?);
+    }
+    if let Some(p) = std::env::var_os(CONF_ENV) {
+        return Ok(ClusterConf::load(Path::new(&p))?);
+    }
+    let local = Path::new("conf/curvine-cluster.toml");
+    if local.exists() {
+        return Ok(ClusterConf::load(local)?);
+    }
+    Ok(ClusterConf::default())
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let mode = Mode::detect(cli.quiet);
+    let conf = load_conf(cli.conf.as_deref())?;
+    let fs = CurvineFs::connect(conf).await?;
+    match cli.cmd {
+        Cmd::Report { json: false } => cluster::report(&fs).await,
+        Cmd::Report { json: true } => cluster::report_json(&fs).await,
+        Cmd::Fs(cmd) => fs::run(&fs, cmd, mode).await,
+        Cmd::Mount(args) => cluster::mount_cmd(&fs, args).await,
+        Cmd::Umount { path } => Ok(fs.umount(&path).await?),
+        Cmd::Free { path } => {
+            let r = fs.free(&path).await?;
+            let mut out = Stdout::lock();
+            writeln!(
+                out,
+                "freed {} blocks ({}) of {} files",
+                r.blocks,
+                human(r.bytes),
+                r.files
+            )?;
+            Ok(out.flush()?)
+        }
+        Cmd::Load {
+            status: Some(s), ..
+        } => cluster::load_status(&fs, &s).await,
+        Cmd::Load {
+            cancel: Some(id), ..
+        } => {
+            let j = fs.cancel_load(id).await?;
+            let mut out = Stdout::lock();
+            writeln!(out, "{}", cluster::job_line(&j))?;
+            Ok(out.flush()?)
+        }
+        Cmd::Load {
+            recursive,
+            no_wait,
+            path: Some(path),
+            ..
+        } => cluster::load(&fs, &path, recursive, no_wait, mode).await,
+        Cmd::Load { .. } => bail!("load: name a PATH, --status or --cancel"),
+        Cmd::Persist { path } => {
+            let r = fs.persist(&path).await?;
+            let mut out = Stdout::lock();
+            writeln!(out, "persisted {} files ({})", r.files, human(r.bytes))?;
+            Ok(out.flush()?)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn conf_file_argument_is_used_and_errors_name_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, "[client]\nmaster_addrs = [\"10.0.0.1:1\"]\n").unwrap();
+        let c = load_conf(Some(&p)).unwrap();
+        assert_eq!(c.client.master_addrs, vec!["10.0.0.1:1".to_string()]);
+        std::fs::write(&p, "[client]\nbogus = 1\n").unwrap();
+        let e = load_conf(Some(&p)).unwrap_err().to_string();
+        assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn cli_parses_subcommands() {
+        use fs::FsCmd;
+        let cli = Cli::try_parse_from(["cv", "--conf", "x.toml", "fs", "ls", "-l", "/a"]).unwrap();
+        assert!(matches!(cli.cmd, Cmd::Fs(FsCmd::Ls { long: true, .. })));
+        assert!(Cli::try_parse_from(["cv", "fs", "frobnicate"]).is_err());
+        let cli = Cli::try_parse_from(["cv", "fs", "ln", "-s", "/t", "/l"]).unwrap();
+        assert!(matches!(cli.cmd, Cmd::Fs(FsCmd::Ln { symbolic: true, .. })));
+        let cli = Cli::try_parse_from(["cv", "-q", "fs", "cp", "-r", "/a", "/b"]).unwrap();
+        assert!(
+            cli.quiet
+                && matches!(
+                    cli.cmd,
+                    Cmd::Fs(FsCmd::Cp {
+                        recursive: true,
+                        ..
+                    })
+                )
+        );
+        Cli::command().debug_assert();
+    }
+}
