@@ -1,6 +1,7 @@
 //! The `cv` CLI against a MiniCluster: every `cv fs` command, `cv report`, and the
 //! one-line error with a non-zero exit, also for a chmod or chown the master refuses.
-//! Copies and their progress are in `copy.rs`.
+//! Copies and their progress are in `copy.rs`; counts, blocks, replicas, `--json`
+//! and `cv version` in `info.rs`.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -9,6 +10,7 @@ use std::process::{Command, Output, Stdio};
 use curvine_server::testing::MiniCluster;
 
 mod copy;
+mod info;
 
 /// A client configuration file for `cluster`, in `dir`.
 fn conf_for(cluster: &MiniCluster, dir: &Path) -> PathBuf {

@@ -2,15 +2,19 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::bail;
 use clap::Subcommand;
+use curvine_client::proto::LocatedBlock;
 use curvine_client::stdout::Stdout;
 use curvine_client::{CurvineFs, FileStatus, FileType, FsError, SetAttr};
+use curvine_common::report::{block_json, status_json, tiers_total};
+use serde_json::{json, Value};
 
 use crate::copy::{self, Loc};
-use crate::format::{human, long_line, percent, stat_text};
-use crate::progress::Mode;
+use crate::format::{human, long_line, percent, stat_text, tier_name};
+use crate::progress::{Mode, LINE_EVERY};
 
 #[derive(Subcommand)]
 pub enum FsCmd {
@@ -19,6 +23,9 @@ pub enum FsCmd {
         /// Long format: mode, links, owner, size, mtime.
         #[arg(short = 'l')]
         long: bool,
+        /// Print a JSON array of statuses.
+        #[arg(long)]
+        json: bool,
         path: String,
     },
     /// Create a directory.
@@ -76,16 +83,53 @@ pub enum FsCmd {
     /// Rename or move.
     Mv { src: String, dst: String },
     /// Show a path's status.
-    Stat { path: String },
+    Stat {
+        /// Print the status as a JSON object.
+        #[arg(long)]
+        json: bool,
+        path: String,
+    },
     /// Space used in bytes (recursive).
     Du {
         /// Only the total for PATH.
         #[arg(short = 's')]
         summary: bool,
+        /// Print a JSON array of {path, bytes}.
+        #[arg(long)]
+        json: bool,
+        path: String,
+    },
+    /// Directories, files and bytes at and under PATH.
+    Count {
+        /// Print a JSON object.
+        #[arg(long)]
+        json: bool,
         path: String,
     },
     /// Cluster capacity, used and free space.
-    Df,
+    Df {
+        /// Print a JSON object, with a row per tier.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The blocks of a file: id, offset, length and the workers (and tier) holding each.
+    Blocks {
+        /// Print a JSON array of blocks.
+        #[arg(long)]
+        json: bool,
+        path: String,
+    },
+    /// Set the replica count of a file, or of every file under a directory. More
+    /// replicas are copied in the background; fewer only apply to new blocks.
+    Setrep {
+        /// Wait until every block has N live replicas.
+        #[arg(short = 'w')]
+        wait: bool,
+        /// Replicas per block (1 to 16).
+        #[arg(value_parser = clap::value_parser!(u32).range(1..=16))]
+        n: u32,
+        path: String,
+    },
     /// Create an empty file, or update the modification time of an existing one.
     Touch {
         #[arg(required = true)]
@@ -107,18 +151,23 @@ pub enum FsCmd {
 pub async fn run(fs: &CurvineFs, cmd: FsCmd, mode: Mode) -> anyhow::Result<()> {
     let mut out = Stdout::lock();
     match cmd {
-        FsCmd::Ls { long, path } => {
+        FsCmd::Ls { long, json, path } => {
             let st = fs.lstat(&path).await?;
             let entries = if st.file_type == FileType::Dir as i32 {
                 fs.list(&path).await?
             } else {
                 vec![st]
             };
-            for e in &entries {
-                if long {
-                    writeln!(out, "{}", long_line(e))?;
-                } else {
-                    writeln!(out, "{}", e.name)?;
+            if json {
+                let v: Vec<Value> = entries.iter().map(status_json).collect();
+                writeln!(out, "{}", Value::Array(v))?;
+            } else {
+                for e in &entries {
+                    if long {
+                        writeln!(out, "{}", long_line(e))?;
+                    } else {
+                        writeln!(out, "{}", e.name)?;
+                    }
                 }
             }
         }
@@ -191,36 +240,88 @@ pub async fn run(fs: &CurvineFs, cmd: FsCmd, mode: Mode) -> anyhow::Result<()> {
             .await?;
         }
         FsCmd::Mv { src, dst } => fs.rename(&src, &dst).await?,
-        FsCmd::Stat { path } => {
+        FsCmd::Stat { json, path } => {
             let s = fs.lstat(&path).await?;
-            writeln!(out, "{}", stat_text(&s))?;
-        }
-        FsCmd::Du { summary, path } => {
-            let st = fs.lstat(&path).await?;
-            if summary || st.file_type != FileType::Dir as i32 {
-                writeln!(out, "{}\t{}", du(fs, &st).await?, st.path)?;
+            if json {
+                writeln!(out, "{}", status_json(&s))?;
             } else {
-                for e in fs.list(&path).await? {
-                    writeln!(out, "{}\t{}", du(fs, &e).await?, e.path)?;
+                writeln!(out, "{}", stat_text(&s))?;
+            }
+        }
+        FsCmd::Du {
+            summary,
+            json,
+            path,
+        } => {
+            let st = fs.lstat(&path).await?;
+            let entries = if summary || st.file_type != FileType::Dir as i32 {
+                vec![st]
+            } else {
+                fs.list(&path).await?
+            };
+            let mut rows = Vec::with_capacity(entries.len());
+            for e in entries {
+                rows.push((summarize(fs, &e).await?.bytes, e.path));
+            }
+            if json {
+                let v: Vec<Value> = rows
+                    .iter()
+                    .map(|(bytes, path)| json!({"path": path, "bytes": bytes}))
+                    .collect();
+                writeln!(out, "{}", Value::Array(v))?;
+            } else {
+                for (bytes, path) in &rows {
+                    writeln!(out, "{bytes}\t{path}")?;
                 }
             }
         }
-        FsCmd::Df => {
-            let r = fs.report().await?;
-            let free = r.capacity.saturating_sub(r.used);
-            writeln!(
-                out,
-                "{:>12} {:>12} {:>12} {:>5}",
-                "Capacity", "Used", "Free", "Use%"
-            )?;
-            writeln!(
-                out,
-                "{:>12} {:>12} {:>12} {:>5}",
-                human(r.capacity),
-                human(r.used),
-                human(free),
-                percent(r.used, r.capacity)
-            )?;
+        FsCmd::Count { json, path } => {
+            let st = fs.lstat(&path).await?;
+            let s = summarize(fs, &st).await?;
+            if json {
+                let v =
+                    json!({"path": st.path, "dirs": s.dirs, "files": s.files, "bytes": s.bytes});
+                writeln!(out, "{v}")?;
+            } else {
+                writeln!(out, "{:>12} {:>12} {:>16} PATH", "DIRS", "FILES", "BYTES")?;
+                writeln!(
+                    out,
+                    "{:>12} {:>12} {:>16} {}",
+                    s.dirs, s.files, s.bytes, st.path
+                )?;
+            }
+        }
+        FsCmd::Df { json } => df(fs, &mut out, json).await?,
+        FsCmd::Blocks { json, path } => {
+            let blocks = fs.block_locations(&path).await?;
+            if json {
+                let v: Vec<Value> = blocks.iter().map(block_json).collect();
+                writeln!(out, "{}", Value::Array(v))?;
+            } else {
+                writeln!(
+                    out,
+                    "{:<20} {:>14} {:>14}  LOCATIONS",
+                    "BLOCK", "OFFSET", "LENGTH"
+                )?;
+                for b in &blocks {
+                    writeln!(
+                        out,
+                        "{:<20} {:>14} {:>14}  {}",
+                        b.block_id,
+                        b.offset,
+                        b.len,
+                        locations(b)
+                    )?;
+                }
+            }
+        }
+        FsCmd::Setrep { wait, n, path } => {
+            let files = setrep(fs, n, &path).await?;
+            writeln!(out, "{path}: replicas set to {n} on {} files", files.len())?;
+            out.flush()?;
+            if wait {
+                wait_replicated(fs, n, &files, mode).await?;
+            }
         }
         FsCmd::Touch { paths } => each("touch", &paths, |p| touch(fs, p)).await?,
         FsCmd::Chmod { mode, path } => {
@@ -256,27 +357,171 @@ pub async fn run(fs: &CurvineFs, cmd: FsCmd, mode: Mode) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Bytes under `st`, recursively (symlinks count as 0).
-async fn du(fs: &CurvineFs, st: &FileStatus) -> anyhow::Result<u64> {
-    if st.file_type != FileType::Dir as i32 {
-        return Ok(if st.file_type == FileType::File as i32 {
-            st.len
-        } else {
-            0
+async fn df(fs: &CurvineFs, out: &mut Stdout, json: bool) -> anyhow::Result<()> {
+    let r = fs.report().await?;
+    let free = r.capacity.saturating_sub(r.used);
+    let tiers = tiers_total(&r);
+    if json {
+        let v = json!({
+            "capacity": r.capacity,
+            "used": r.used,
+            "free": free,
+            "tiers": tiers.iter().map(|t| json!({
+                "tier": tier_name(t.tier),
+                "capacity": t.capacity,
+                "used": t.used,
+                "free": t.capacity.saturating_sub(t.used),
+            })).collect::<Vec<_>>(),
         });
+        writeln!(out, "{v}")?;
+        return Ok(());
     }
-    let mut total = 0;
+    writeln!(
+        out,
+        "{:<5} {:>12} {:>12} {:>12} {:>5}",
+        "Tier", "Capacity", "Used", "Free", "Use%"
+    )?;
+    let rows = tiers
+        .iter()
+        .map(|t| (tier_name(t.tier), t.capacity, t.used))
+        .chain([("all", r.capacity, r.used)]);
+    for (name, cap, used) in rows {
+        writeln!(
+            out,
+            "{:<5} {:>12} {:>12} {:>12} {:>5}",
+            name,
+            human(cap),
+            human(used),
+            human(cap.saturating_sub(used)),
+            percent(used, cap)
+        )?;
+    }
+    Ok(())
+}
+
+/// `worker 1 127.0.0.1:4000 MEM, worker 2 ...`, or why no worker holds the block.
+fn locations(b: &LocatedBlock) -> String {
+    let holders: Vec<String> = b
+        .locations
+        .iter()
+        .map(|l| {
+            let a = l.address.clone().unwrap_or_default();
+            format!(
+                "worker {} {}:{} {}",
+                l.worker_id,
+                a.host,
+                a.data_port,
+                tier_name(l.tier)
+            )
+        })
+        .collect();
+    match (b.ufs.is_some(), holders.is_empty()) {
+        (true, true) => "not cached".into(),
+        (true, false) => format!("not cached; fetched by {}", holders.join(", ")),
+        (false, true) => "none (missing)".into(),
+        (false, false) => holders.join(", "),
+    }
+}
+
+/// Directories, files (anything not a directory) and bytes of regular files.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub dirs: u64,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// What is at and under `st`, listing directories as it goes.
+async fn summarize(fs: &CurvineFs, st: &FileStatus) -> anyhow::Result<Summary> {
+    let mut s = Summary::default();
+    let add = |e: &FileStatus, s: &mut Summary| {
+        if e.file_type == FileType::Dir as i32 {
+            s.dirs += 1;
+        } else {
+            s.files += 1;
+            if e.file_type == FileType::File as i32 {
+                s.bytes += e.len;
+            }
+        }
+    };
+    add(st, &mut s);
+    if st.file_type != FileType::Dir as i32 {
+        return Ok(s);
+    }
     let mut stack = vec![st.path.clone()];
     while let Some(dir) = stack.pop() {
         for e in fs.list(&dir).await? {
+            add(&e, &mut s);
             if e.file_type == FileType::Dir as i32 {
                 stack.push(e.path.clone());
-            } else if e.file_type == FileType::File as i32 {
-                total += e.len;
             }
         }
     }
-    Ok(total)
+    Ok(s)
+}
+
+/// Set the replica count of `path`'s files (all of them under a directory); returns
+/// their paths. The count is checked by the first file, before any is changed.
+async fn setrep(fs: &CurvineFs, n: u32, path: &str) -> anyhow::Result<Vec<String>> {
+    let st = fs.stat(path).await?;
+    let mut files = Vec::new();
+    if st.file_type == FileType::Dir as i32 {
+        let mut stack = vec![st.path.clone()];
+        while let Some(dir) = stack.pop() {
+            for e in fs.list(&dir).await? {
+                if e.file_type == FileType::Dir as i32 {
+                    stack.push(e.path);
+                } else if e.file_type == FileType::File as i32 {
+                    files.push(e.path);
+                }
+            }
+        }
+    } else if st.file_type == FileType::File as i32 {
+        files.push(st.path);
+    } else {
+        bail!("{path}: not a file or directory");
+    }
+    for f in &files {
+        let attr = SetAttr {
+            replicas: Some(n),
+            ..Default::default()
+        };
+        fs.set_attr(f, attr).await?;
+    }
+    Ok(files)
+}
+
+/// Poll until every block of `files` has at least `n` live replicas.
+async fn wait_replicated(
+    fs: &CurvineFs,
+    n: u32,
+    files: &[String],
+    mode: Mode,
+) -> anyhow::Result<()> {
+    let mut last_line = std::time::Instant::now();
+    loop {
+        let (mut short, mut total) = (0usize, 0usize);
+        for f in files {
+            let blocks = fs.block_locations(f).await?;
+            total += blocks.len();
+            short += blocks
+                .iter()
+                .filter(|b| b.locations.len() < n as usize)
+                .count();
+        }
+        if short == 0 {
+            return Ok(());
+        }
+        if mode != Mode::Quiet && last_line.elapsed() >= LINE_EVERY {
+            writeln!(
+                std::io::stderr(),
+                "setrep: {}/{total} blocks have {n} replicas",
+                total - short
+            )?;
+            last_line = std::time::Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// `op` on each of `paths` in turn, going on past failures as rm and mkdir do. One path:

@@ -72,10 +72,15 @@ enum Cmd {
         #[arg(required_unless_present_any = ["status", "cancel"])]
         path: Option<String>,
     },
+    /// Print the version of cv.
+    Version,
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
@@ -111,6 +116,48 @@ fn main() -> ExitCode {
     }
 }
 
+/// Help and version go out as clap prints them; a usage error becomes one line on
+/// stderr (clap's message and the usage), exit status 2.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        // clap prints these to stdout (help on a bare `cv` to stderr) and knows the code
+        let code = e.exit_code();
+        return match e.print() {
+            Ok(()) => ExitCode::from(u8::try_from(code).unwrap_or(2)),
+            Err(_) => ExitCode::from(stdout::CLOSED_EXIT),
+        };
+    }
+    eprintln!("cv: {}", one_line(&e.render().to_string()));
+    ExitCode::from(2)
+}
+
+/// Clap's multi-line message as one line: the message up to its first blank line, and
+/// the usage.
+fn one_line(text: &str) -> String {
+    let mut lines = text.lines();
+    let mut msg: Vec<&str> = Vec::new();
+    for l in lines.by_ref() {
+        if l.trim().is_empty() {
+            break;
+        }
+        msg.push(l.trim());
+    }
+    let mut line = msg.join(" ");
+    if let Some(m) = line.strip_prefix("error: ") {
+        line = m.to_string();
+    }
+    if let Some(u) = lines.find_map(|l| l.trim().strip_prefix("Usage: ")) {
+        line.push_str(&format!(" (usage: {u})"));
+    }
+    line
+}
+
 fn load_conf(arg: Option<&Path>) -> anyhow::Result<ClusterConf> {
     if let Some(p) = arg {
         return Ok(ClusterConf::load(p)?);
@@ -126,6 +173,12 @@ fn load_conf(arg: Option<&Path>) -> anyhow::Result<ClusterConf> {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    // the commands that need no cluster
+    if let Cmd::Version = cli.cmd {
+        let mut out = Stdout::lock();
+        writeln!(out, "cv {}", env!("CARGO_PKG_VERSION"))?;
+        return Ok(out.flush()?);
+    }
     let mode = Mode::detect(cli.quiet);
     let conf = load_conf(cli.conf.as_deref())?;
     let fs = CurvineFs::connect(conf).await?;
@@ -171,6 +224,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             writeln!(out, "persisted {} files ({})", r.files, human(r.bytes))?;
             Ok(out.flush()?)
         }
+        Cmd::Version => Ok(()),
     }
 }
 
@@ -210,6 +264,25 @@ mod tests {
                     })
                 )
         );
+        for bad in [
+            &["fs", "setrep", "0", "/a"][..],
+            &["fs", "setrep", "x", "/a"],
+        ] {
+            assert!(
+                Cli::try_parse_from(["cv"].iter().chain(bad)).is_err(),
+                "{bad:?}"
+            );
+        }
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn usage_errors_fit_one_line() {
+        let e = Cli::try_parse_from(["cv", "fs", "stat"]).err().unwrap();
+        let l = one_line(&e.render().to_string());
+        assert!(
+            !l.contains('\n') && l.contains("<PATH>") && l.contains("usage: cv fs stat"),
+            "{l}"
+        );
     }
 }
