@@ -1,5 +1,5 @@
-//! `cv fs count`, `blocks`, `setrep`, the `--json` outputs, `cv version`, and usage
-//! errors as one line.
+//! `cv fs count`, `blocks`, `setrep`, the `--json` outputs, `cv version` and shell
+//! completions, and usage errors as one line.
 
 use std::process::Command;
 use std::time::Duration;
@@ -178,16 +178,32 @@ fn json_outputs_are_one_document_each() {
 }
 
 #[test]
-fn version_and_usage_errors_need_no_cluster() {
+fn version_completions_and_usage_errors_need_no_cluster() {
     let dir = tempfile::tempdir().unwrap();
     // a master nobody listens on: none of these may need it
     let conf = dir.path().join("conf.toml");
     std::fs::write(&conf, "[client]\nmaster_addrs = [\"127.0.0.1:1\"]\n").unwrap();
     let v = ok(&conf, &["version"]);
     assert_eq!(v.trim(), format!("cv {}", env!("CARGO_PKG_VERSION")));
+    for shell in ["bash", "zsh", "fish"] {
+        let script = ok(&conf, &["completions", shell]);
+        for word in ["setrep", "blocks", "count", "completions", "quiet"] {
+            assert!(script.contains(word), "{shell}: no {word}");
+        }
+        if shell == "bash" {
+            let file = dir.path().join("cv.bash");
+            std::fs::write(&file, &script).unwrap();
+            let check = Command::new("bash").arg("-n").arg(&file).output().unwrap();
+            assert!(check.status.success(), "bash -n: {check:?}");
+        }
+    }
     // usage errors: one line, exit status 2
     for (args, why) in [
-        (&["fs", "stat"][..], "<PATH> (usage: cv fs stat <PATH>)"),
+        (
+            &["completions", "tcsh"][..],
+            "'tcsh' for '<SHELL>' [possible values: bash",
+        ),
+        (&["fs", "stat"], "<PATH> (usage: cv fs stat <PATH>)"),
         (&["fs", "setrep", "2"], "<PATH> (usage: cv fs setrep"),
     ] {
         let e = cv(&conf, args);

@@ -1,7 +1,7 @@
 //! The `cv` CLI against a MiniCluster: every `cv fs` command, `cv report`, and the
 //! one-line error with a non-zero exit, also for a chmod or chown the master refuses.
-//! Copies and their progress are in `copy.rs`; counts, blocks, replicas, `--json`
-//! and `cv version` in `info.rs`.
+//! Copies and their progress are in `copy.rs`; counts, blocks, replicas, `--json`,
+//! `cv version` and completions in `info.rs`.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::bail;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use curvine_client::stdout::{self, Stdout};
 use curvine_client::{ClusterConf, CurvineFs};
 use curvine_common::conf::CONF_ENV;
@@ -74,6 +74,11 @@ enum Cmd {
     },
     /// Print the version of cv.
     Version,
+    /// Print a shell completion script: `source <(cv completions bash)`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> ExitCode {
@@ -174,10 +179,22 @@ fn load_conf(arg: Option<&Path>) -> anyhow::Result<ClusterConf> {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     // the commands that need no cluster
-    if let Cmd::Version = cli.cmd {
-        let mut out = Stdout::lock();
-        writeln!(out, "cv {}", env!("CARGO_PKG_VERSION"))?;
-        return Ok(out.flush()?);
+    match cli.cmd {
+        Cmd::Version => {
+            let mut out = Stdout::lock();
+            writeln!(out, "cv {}", env!("CARGO_PKG_VERSION"))?;
+            return Ok(out.flush()?);
+        }
+        Cmd::Completions { shell } => {
+            // into memory first: clap_complete panics on a failed write, and a reader
+            // that goes away (`cv completions bash | head`) is not a bug
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "cv", &mut script);
+            let mut out = Stdout::lock();
+            out.write_all(&script)?;
+            return Ok(out.flush()?);
+        }
+        _ => {}
     }
     let mode = Mode::detect(cli.quiet);
     let conf = load_conf(cli.conf.as_deref())?;
@@ -224,14 +241,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             writeln!(out, "persisted {} files ({})", r.files, human(r.bytes))?;
             Ok(out.flush()?)
         }
-        Cmd::Version => Ok(()),
+        Cmd::Version | Cmd::Completions { .. } => Ok(()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn conf_file_argument_is_used_and_errors_name_it() {
@@ -273,6 +289,7 @@ mod tests {
                 "{bad:?}"
             );
         }
+        assert!(Cli::try_parse_from(["cv", "completions", "tcsh"]).is_err());
         Cli::command().debug_assert();
     }
 
