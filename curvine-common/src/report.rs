@@ -1,15 +1,76 @@
-//! The cluster report as JSON: what `cv report --json` prints and the console's
-//! `/api/report` serves, from one function so the two always agree.
+//! The JSON forms of the cluster report, file statuses and block locations: what
+//! `cv ... --json` prints and the console's `/api/...` serves, from one function each
+//! so the two always agree.
 
 use serde_json::{json, Value};
 
-use crate::proto::{ReportResponse, StorageTier, TaskReport, TierReport, WorkerReport};
+use crate::proto::{
+    FileStatus, FileType, LocatedBlock, ReportResponse, StorageTier, TaskReport, TierReport,
+    WorkerReport,
+};
 use crate::tasks::state_name;
 
-fn tier_name(t: i32) -> &'static str {
+pub fn tier_name(t: i32) -> &'static str {
     StorageTier::try_from(t)
         .unwrap_or(StorageTier::Unspecified)
         .name()
+}
+
+/// `file`, `dir`, `symlink`, `fifo`, `socket`, `char` or `block`.
+pub fn type_name(t: i32) -> &'static str {
+    match FileType::try_from(t) {
+        Ok(FileType::File) => "file",
+        Ok(FileType::Dir) => "dir",
+        Ok(FileType::Symlink) => "symlink",
+        Ok(FileType::Fifo) => "fifo",
+        Ok(FileType::Socket) => "socket",
+        Ok(FileType::CharDevice) => "char",
+        Ok(FileType::BlockDevice) => "block",
+        _ => "unknown",
+    }
+}
+
+/// A path's status (field names are documented in docs/web.md).
+pub fn status_json(s: &FileStatus) -> Value {
+    json!({
+        "id": s.id,
+        "path": s.path,
+        "name": s.name,
+        "type": type_name(s.file_type),
+        "len": s.len,
+        "mode": format!("{:o}", s.mode & 0o7777),
+        "uid": s.uid,
+        "gid": s.gid,
+        "nlink": s.nlink,
+        "mtime_ms": s.mtime_ms,
+        "atime_ms": s.atime_ms,
+        "ctime_ms": s.ctime_ms,
+        "replicas": s.replicas,
+        "block_size": s.block_size,
+        "storage_tier": tier_name(s.storage_tier),
+        "complete": s.complete,
+        "symlink_target": s.symlink_target,
+        "children": s.children,
+        "ufs_key": s.ufs_key,
+        "persisted": s.persisted,
+    })
+}
+
+/// A block of a file and the workers holding it, each with the tier of its replica.
+pub fn block_json(b: &LocatedBlock) -> Value {
+    json!({
+        "block_id": b.block_id,
+        "offset": b.offset,
+        "len": b.len,
+        "locations": b.locations.iter().map(|l| {
+            let a = l.address.clone().unwrap_or_default();
+            json!({
+                "worker_id": l.worker_id,
+                "address": format!("{}:{}", a.host, a.data_port),
+                "tier": tier_name(l.tier),
+            })
+        }).collect::<Vec<_>>(),
+    })
 }
 
 fn tier_json(t: &TierReport) -> Value {

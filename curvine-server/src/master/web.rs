@@ -13,10 +13,10 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Json, Response};
 use axum::routing::get;
 use axum::Router;
-use curvine_common::proto::{
-    CallerInfo, FileStatus, FileType, LocatedBlock, ReportResponse, StorageTier,
+use curvine_common::proto::{CallerInfo, FileStatus, FileType, LocatedBlock, ReportResponse};
+use curvine_common::report::{
+    block_json, report_json, status_json, tier_name, tiers_total, type_name,
 };
-use curvine_common::report::{report_json, tiers_total};
 use curvine_common::web::{self, Probes, WebAuth};
 use curvine_common::{ClusterConf, FsError, FsResult};
 use serde_json::{json, Value};
@@ -188,61 +188,6 @@ async fn open(
         }
     })
     .await
-}
-
-fn type_name(t: i32) -> &'static str {
-    match FileType::try_from(t) {
-        Ok(FileType::File) => "file",
-        Ok(FileType::Dir) => "dir",
-        Ok(FileType::Symlink) => "symlink",
-        Ok(FileType::Fifo) => "fifo",
-        Ok(FileType::Socket) => "socket",
-        Ok(FileType::CharDevice) => "char",
-        Ok(FileType::BlockDevice) => "block",
-        _ => "unknown",
-    }
-}
-
-fn tier_name(t: i32) -> &'static str {
-    StorageTier::try_from(t)
-        .unwrap_or(StorageTier::Unspecified)
-        .name()
-}
-
-fn status_json(s: &FileStatus) -> Value {
-    json!({
-        "id": s.id,
-        "path": s.path,
-        "name": s.name,
-        "type": type_name(s.file_type),
-        "len": s.len,
-        "mode": format!("{:o}", s.mode & 0o7777),
-        "uid": s.uid,
-        "gid": s.gid,
-        "mtime_ms": s.mtime_ms,
-        "replicas": s.replicas,
-        "block_size": s.block_size,
-        "storage_tier": tier_name(s.storage_tier),
-        "complete": s.complete,
-        "symlink_target": s.symlink_target,
-        "children": s.children,
-    })
-}
-
-fn block_json(b: &LocatedBlock) -> Value {
-    json!({
-        "block_id": b.block_id,
-        "offset": b.offset,
-        "len": b.len,
-        "locations": b.locations.iter().map(|l| {
-            let a = l.address.clone().unwrap_or_default();
-            json!({
-                "worker_id": l.worker_id,
-                "address": format!("{}:{}", a.host, a.data_port),
-                "tier": tier_name(l.tier),
-            })
-        }).collect::<Vec<_>>(),
-    })
 }
 
 async fn api_info(State(c): State<Arc<Console>>) -> Result<Json<Value>, WebError> {

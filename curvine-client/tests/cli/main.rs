@@ -1,11 +1,42 @@
 //! The `cv` CLI against a MiniCluster: every `cv fs` command, `cv report`, and the
 //! one-line error with a non-zero exit, also for a chmod or chown the master refuses.
+//! Copies and their progress are in `copy.rs`; counts, blocks, replicas, `--json`,
+//! `cv version` and completions in `info.rs`.
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use curvine_server::testing::MiniCluster;
+
+mod copy;
+mod info;
+
+/// A client configuration file for `cluster`, in `dir`.
+fn conf_for(cluster: &MiniCluster, dir: &Path) -> PathBuf {
+    let conf = dir.join("conf.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[client]\nmaster_addrs = [\"{}\"]\n[log]\nlevel = \"warn\"\n",
+            cluster.master_addr()
+        ),
+    )
+    .unwrap();
+    conf
+}
+
+/// `cv` failed on bad input: one line on stderr starting `cv: ` that says `why`.
+fn one_line_error(out: &Output, why: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.starts_with("cv: ")
+            && err.trim_end().lines().count() == 1
+            && err.contains(why),
+        "{out:?}"
+    );
+}
 
 fn cv(conf: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cv"))
