@@ -11,6 +11,7 @@ use curvine_common::mount::is_secret_option;
 use curvine_common::{FsError, FsResult};
 use futures_util::{StreamExt, TryStreamExt};
 use opendal::{ErrorKind, Metadata, Operator};
+use tracing::warn;
 
 /// How long the mount-time check (listing the root) may take.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(15);
@@ -274,6 +275,29 @@ pub async fn list_dir(uri: &str, op: &Operator, key: &str) -> FsResult<Vec<Objec
 
 /// Stats in flight while a listing fills in what the store's listing left out.
 const STATS_IN_FLIGHT: usize = 16;
+
+/// Log targets that print credentials below INFO: reqsign's credential providers show
+/// static keys in their `Debug` output, and its signer the signed headers (a session
+/// token among them).
+const SECRET_LOG_TARGETS: &[&str] = &[
+    "reqsign",
+    "reqsign_core",
+    "reqsign_aws_core",
+    "reqsign_aws_v4",
+];
+
+/// `filter` with the targets that would log credentials held at INFO, whatever it says.
+pub fn without_secret_logs(
+    mut filter: tracing_subscriber::EnvFilter,
+) -> tracing_subscriber::EnvFilter {
+    for t in SECRET_LOG_TARGETS {
+        match format!("{t}=info").parse() {
+            Ok(d) => filter = filter.add_directive(d),
+            Err(e) => warn!(target = t, error = %e, "bad log directive"),
+        }
+    }
+    filter
+}
 
 /// `options` as they may be logged: secrets out.
 pub fn loggable(options: &HashMap<String, String>) -> String {

@@ -289,11 +289,17 @@ impl Namespace {
         self.mounts.list().iter().map(|m| m.public_info()).collect()
     }
 
-    /// A mount with its options in full (for workers building its operator).
-    pub fn get_mount(&self, id: u64) -> FsResult<MountInfo> {
-        self.mounts
+    /// Mount `id` for a worker building its operator: with its secrets when `secrets`
+    /// (the caller is a registered worker), else as people see it.
+    pub fn get_mount(&self, id: u64, secrets: bool) -> FsResult<MountInfo> {
+        let m = self
+            .mounts
             .by_id(id)
-            .map(|m| m.info.clone())
-            .ok_or_else(|| FsError::invalid(format!("no mount with id {id}")))
+            .ok_or_else(|| FsError::invalid(format!("no mount with id {id}")))?;
+        Ok(if secrets {
+            m.info.clone()
+        } else {
+            m.public_info()
+        })
     }
 }
