@@ -7,6 +7,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Once;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub mod credentials;
+
 use curvine_common::mount::is_secret_option;
 use curvine_common::{FsError, FsResult};
 use futures_util::{StreamExt, TryStreamExt};
@@ -69,18 +71,31 @@ fn install_transport() {
     ONCE.call_once(opendal_http_transport_reqwest::install_default);
 }
 
-/// An operator for `uri` with `options` (OpenDAL's own config keys for the service).
-/// No network I/O: see `check` for that. Unknown keys, and keys the URI sets, are
-/// refused naming the key.
-pub fn build(uri: &str, options: &HashMap<String, String>) -> FsResult<Operator> {
-    let loc = parse_uri(uri)?;
-    let (known, fixed): (BTreeSet<String>, &[&str]) = match &loc {
+/// The options the operator of `uri` is built from (master only): `options` with the
+/// values of its credentials file merged in (see `credentials`), the file's keys
+/// checked as options are.
+pub fn resolve(uri: &str, options: &HashMap<String, String>) -> FsResult<HashMap<String, String>> {
+    let (known, fixed) = option_keys(&parse_uri(uri)?);
+    credentials::resolve(uri, options, |k| known.contains(k) && !fixed.contains(&k))
+}
+
+/// The config keys of the service `loc` names, and those of them the URI sets.
+fn option_keys(loc: &Location) -> (BTreeSet<String>, &'static [&'static str]) {
+    match loc {
         Location::S3 { .. } => (
             known_keys::<opendal_service_s3::S3Config>(),
             &["bucket", "root"],
         ),
         Location::Fs { .. } => (known_keys::<opendal_service_fs::FsConfig>(), &["root"]),
-    };
+    }
+}
+
+/// An operator for `uri` with `options` (OpenDAL's own config keys for the service).
+/// No network I/O: see `check` for that. Unknown keys, and keys the URI sets, are
+/// refused naming the key.
+pub fn build(uri: &str, options: &HashMap<String, String>) -> FsResult<Operator> {
+    let loc = parse_uri(uri)?;
+    let (known, fixed) = option_keys(&loc);
     for k in options.keys() {
         if fixed.contains(&k.as_str()) {
             return Err(FsError::invalid(format!(
