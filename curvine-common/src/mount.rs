@@ -22,7 +22,8 @@ pub struct MountConf {
     pub ufs: String,
     /// The Curvine directory.
     pub path: String,
-    /// OpenDAL's config keys for the service (`endpoint`, `region`, ...).
+    /// OpenDAL's config keys for the service (`endpoint`, `region`, ...), and
+    /// `credentials_file` / `credentials_profile`.
     pub options: BTreeMap<String, String>,
     /// `through` (default), `async` or `cache`.
     pub mode: String,
@@ -136,6 +137,10 @@ fn parse_long_duration(s: &str) -> Result<std::time::Duration, String> {
 /// Whether an option's value is a secret: never printed, never logged.
 pub fn is_secret_option(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
+    // names of a file and of a section in it, not the credentials
+    if k == "credentials_file" || k == "credentials_profile" {
+        return false;
+    }
     k.contains("secret")
         || k.contains("password")
         || k.contains("token")
@@ -185,7 +190,9 @@ mod tests {
             "k".to_string(),
         );
         o.insert("region".to_string(), "us-east-1".to_string());
+        o.insert("credentials_file".to_string(), "/etc/c".to_string());
         let r = redacted(&o);
+        assert_eq!(r["credentials_file"], "/etc/c");
         assert_eq!(r["secret_access_key"], "***");
         assert_eq!(r["session_token"], "***");
         assert_eq!(r["server_side_encryption_customer_key"], "***");

@@ -9,7 +9,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 
-use common::{data, sh, test_dir};
+use common::{data, sh, shared, test_dir};
 
 fn have(tool: &str) -> bool {
     Command::new("sh")
@@ -168,4 +168,92 @@ fn mmap_read_matches_content() {
         assert!(got == &body[..]);
         libc::munmap(p, body.len());
     }
+}
+
+/// A bucket of the local S3 server (s3s-fs) mounted into the namespace: `ls -l` and
+/// readdir + stat through the mount show its objects with their sizes and mtimes, and
+/// its common prefixes as directories; a cold read returns the object.
+#[test]
+fn ls_l_shows_a_mounted_bucket() {
+    use curvine_server::testing::s3::{options, S3Server};
+    let s = shared();
+    let s3 =
+        s.rt.block_on(S3Server::start(&["lsbkt"]))
+            .expect("start s3s-fs");
+    let op = curvine_server::ufs::build("s3://lsbkt", &options(&s3.endpoint())).unwrap();
+    let objects: [(&str, usize); 4] = [
+        ("top.txt", 11),
+        ("empty", 0),
+        ("logs/2024/a.log", 70_000),
+        ("logs/b.log", 1),
+    ];
+    let mut mtimes = std::collections::HashMap::new();
+    for (i, (key, len)) in objects.iter().enumerate() {
+        s.rt.block_on(op.write(key, data(*len, i as u64))).unwrap();
+        let m = s.rt.block_on(op.stat(key)).unwrap();
+        let t = std::time::SystemTime::from(m.last_modified().expect("an mtime"));
+        let secs = t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+        mtimes.insert(*key, secs);
+    }
+    let info = curvine_client::proto::MountInfo {
+        path: "/ls-bucket".into(),
+        ufs_uri: "s3://lsbkt".into(),
+        options: options(&s3.endpoint()),
+        sync_interval_ms: 60_000,
+        ..Default::default()
+    };
+    s.rt.block_on(s.fs.mount(info)).expect("mount the bucket");
+    let root = s.mnt.join("ls-bucket");
+
+    // readdir + stat
+    let mut names: Vec<String> = fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["empty", "logs", "top.txt"]);
+    for (key, len) in objects {
+        let m = fs::metadata(root.join(key)).unwrap();
+        assert!(m.is_file(), "{key}");
+        assert_eq!(m.len(), len as u64, "{key}");
+        assert_eq!(m.mtime(), mtimes[key], "{key} mtime");
+    }
+    for dir in ["logs", "logs/2024"] {
+        assert!(fs::metadata(root.join(dir)).unwrap().is_dir(), "{dir}");
+    }
+
+    // ls -l: a directory line for the prefix, size and name for each object
+    let out = sh(&root, "LC_ALL=C ls -l --time-style=+%s . logs");
+    let line_of = |name: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().last() == Some(name))
+            .unwrap_or_else(|| panic!("no line for {name}:\n{out}"))
+            .to_string()
+    };
+    let fields = |name: &str| -> Vec<String> {
+        line_of(name)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    assert!(line_of("logs").starts_with('d'), "{out}");
+    assert!(line_of("2024").starts_with('d'), "{out}");
+    for (name, key) in [
+        ("top.txt", "top.txt"),
+        ("empty", "empty"),
+        ("b.log", "logs/b.log"),
+    ] {
+        let f = fields(name);
+        let len = objects.iter().find(|(k, _)| *k == key).unwrap().1;
+        // mode, links, owner, group, size, mtime (+%s), name
+        assert!(f[0].starts_with('-'), "{out}");
+        assert_eq!(f[4], len.to_string(), "{name}: {out}");
+        assert_eq!(f[5], mtimes[key].to_string(), "{name}: {out}");
+    }
+
+    assert_eq!(
+        fs::read(root.join("logs/2024/a.log")).unwrap(),
+        data(70_000, 2)
+    );
+    s.rt.block_on(s.fs.umount("/ls-bucket")).expect("umount");
 }

@@ -196,6 +196,7 @@ fn init_logging(conf: &ClusterConf, role: &str) -> anyhow::Result<()> {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&conf.log.level))
         .with_context(|| format!("log.level {:?}", conf.log.level))?;
+    let filter = curvine_server::ufs::without_secret_logs(filter);
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     if conf.log.dir.is_empty() {
         // colours only on a terminal: bin/curvine-*.sh send stderr to the role's log file

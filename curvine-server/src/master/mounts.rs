@@ -5,6 +5,7 @@
 //! Mounting checks the store (a listing of its root) before anything changes, outside
 //! the namespace lock; mounts and unmounts run one at a time.
 
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use curvine_common::mount::redacted;
@@ -31,15 +32,25 @@ pub fn mount_key(id: u64) -> Vec<u8> {
 
 /// One mount and its operator.
 pub struct Mount {
+    /// As stored and listed: a credentials file is named, its values are not here.
     pub info: MountInfo,
-    /// Built when the mount was loaded; an error (a stored mount whose options this
-    /// build no longer accepts) fails every call on it, naming the cause.
-    op: Result<Operator, FsError>,
+    /// Made when the mount was loaded: the options the operator is built from (with the
+    /// credentials file's values), and the operator. An error (a stored mount whose
+    /// options this build no longer accepts, a credentials file gone) fails every call
+    /// on it, naming the cause.
+    built: Result<(HashMap<String, String>, Operator), FsError>,
 }
 
 impl Mount {
+    fn new(info: MountInfo) -> Mount {
+        let built = ufs::resolve(&info.ufs_uri, &info.options)
+            .and_then(|o| Ok((ufs::build(&info.ufs_uri, &o)?, o)))
+            .map(|(op, o)| (o, op));
+        Mount { info, built }
+    }
+
     pub fn op(&self) -> FsResult<&Operator> {
-        self.op.as_ref().map_err(Clone::clone)
+        self.built.as_ref().map(|(_, op)| op).map_err(Clone::clone)
     }
     pub fn uri(&self) -> &str {
         &self.info.ufs_uri
@@ -73,11 +84,11 @@ impl Mounts {
         for (_, v) in store.meta_scan(META_MOUNT_PREFIX)? {
             let info = MountInfo::decode(&*v)
                 .map_err(|e| FsError::internal(format!("metadata store: corrupt mount: {e}")))?;
-            let op = ufs::build(&info.ufs_uri, &info.options);
-            if let Err(e) = &op {
-                warn!(path = %info.path, ufs = %info.ufs_uri, error = %e, "cannot build a stored mount's under-store");
+            let m = Mount::new(info);
+            if let Err(e) = &m.built {
+                warn!(path = %m.info.path, ufs = %m.info.ufs_uri, error = %e, "cannot build a stored mount's under-store");
             }
-            table.push(Arc::new(Mount { info, op }));
+            table.push(Arc::new(m));
         }
         Ok(Mounts {
             table: RwLock::new(table),
@@ -143,7 +154,12 @@ impl Namespace {
         if path == "/" {
             return Err(FsError::invalid("cannot mount on /"));
         }
-        let op = ufs::build(&req.ufs_uri, &req.options)?;
+        // the credentials file is read now, and again at each start
+        let (uri, o) = (req.ufs_uri.clone(), req.options.clone());
+        let resolved = tokio::task::spawn_blocking(move || ufs::resolve(&uri, &o))
+            .await
+            .map_err(|e| FsError::internal(format!("mount: {e}")))??;
+        let op = ufs::build(&req.ufs_uri, &resolved)?;
         let _one = self.mounts.change.lock().await;
         if let Some(m) = self.mounts.conflict(&path) {
             return Err(FsError::invalid(format!(
@@ -170,7 +186,10 @@ impl Namespace {
             .await
             .map_err(|e| FsError::internal(format!("mount: {e}")))??;
         self.syncer.wait(seq).await?;
-        let m = Arc::new(Mount { info, op: Ok(op) });
+        let m = Arc::new(Mount {
+            info,
+            built: Ok((resolved, op)),
+        });
         info!(path = %m.info.path, ufs = %m.info.ufs_uri, id = m.id(),
             options = %ufs::loggable(&m.info.options), "mounted");
         let public = m.public_info();
@@ -289,11 +308,20 @@ impl Namespace {
         self.mounts.list().iter().map(|m| m.public_info()).collect()
     }
 
-    /// A mount with its options in full (for workers building its operator).
-    pub fn get_mount(&self, id: u64) -> FsResult<MountInfo> {
-        self.mounts
+    /// Mount `id` for a worker building its operator: when `secrets` (the caller is a
+    /// registered worker) with the options its operator was built from (the
+    /// credentials file's values in, the file's name out), else as people see it.
+    pub fn get_mount(&self, id: u64, secrets: bool) -> FsResult<MountInfo> {
+        let m = self
+            .mounts
             .by_id(id)
-            .map(|m| m.info.clone())
-            .ok_or_else(|| FsError::invalid(format!("no mount with id {id}")))
+            .ok_or_else(|| FsError::invalid(format!("no mount with id {id}")))?;
+        if !secrets {
+            return Ok(m.public_info());
+        }
+        let (options, _) = m.built.as_ref().map_err(Clone::clone)?;
+        let mut info = m.info.clone();
+        info.options = options.clone();
+        Ok(info)
     }
 }

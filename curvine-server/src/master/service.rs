@@ -380,8 +380,14 @@ impl MasterService for MasterSvc {
 
     async fn get_mount(&self, req: Request<GetMountRequest>) -> Reply<GetMountResponse> {
         fault_rpc!("master.GetMount", &req);
-        let m = self.ns.get_mount(req.into_inner().mount_id)?;
-        Ok(Response::new(GetMountResponse { mount: Some(m) }))
+        let peer = req.remote_addr().map(|a| a.ip());
+        let r = req.into_inner();
+        let worker = self.ns.is_worker(r.worker_id, &r.session, peer).await;
+        let m = self.ns.get_mount(r.mount_id, worker)?;
+        Ok(Response::new(GetMountResponse {
+            mount: Some(m),
+            redacted: !worker,
+        }))
     }
 
     async fn resync(&self, req: Request<ResyncRequest>) -> Reply<ResyncResponse> {

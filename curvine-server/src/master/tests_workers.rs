@@ -425,3 +425,63 @@ fn a_paged_report_forgets_only_within_each_page() {
     });
     assert!(unknown.unwrap().0.reregister);
 }
+
+/// Mount secrets go only to a caller that shows a live worker's current session key,
+/// from that worker's host.
+#[test]
+fn only_a_registered_worker_is_recognized() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let reg = |id: u32| {
+        ns.register_worker(RegisterRequest {
+            worker_id: id,
+            address: Some(WorkerAddress {
+                host: "127.0.0.1".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .unwrap()
+        .0
+    };
+    let first = reg(0);
+    let (id, key) = (first.worker_id, first.session.clone());
+    assert_eq!(key.len(), 32, "{key}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let is = |id: u32, key: &str, peer: Option<&str>| {
+        rt.block_on(ns.is_worker(id, key, peer.map(|p| p.parse().unwrap())))
+    };
+    assert!(is(id, &key, Some("127.0.0.1")));
+    assert!(
+        is(id, &key, Some("::ffff:127.0.0.1")),
+        "an IPv4-mapped peer"
+    );
+    assert!(is(id, &key, None), "the transport does not know the peer");
+    assert!(!is(id, &key, Some("10.1.2.3")), "another host");
+    assert!(!is(id, "", Some("127.0.0.1")));
+    assert!(!is(id, &"0".repeat(32), Some("127.0.0.1")));
+    assert!(!is(id + 1, &key, Some("127.0.0.1")), "another worker's id");
+    assert!(!is(0, &key, Some("127.0.0.1")));
+    // a new registration makes a new key; the old one is void
+    let again = reg(id);
+    assert_eq!(again.worker_id, id);
+    assert_ne!(again.session, key);
+    assert!(!is(id, &key, Some("127.0.0.1")));
+    assert!(is(id, &again.session, Some("127.0.0.1")));
+    // a worker whose host is a name: the name is resolved
+    let named = ns
+        .register_worker(RegisterRequest {
+            address: Some(WorkerAddress {
+                host: "localhost".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .unwrap()
+        .0;
+    assert!(is(named.worker_id, &named.session, Some("127.0.0.1")));
+    assert!(!is(named.worker_id, &named.session, Some("10.1.2.3")));
+}

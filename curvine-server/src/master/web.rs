@@ -69,11 +69,19 @@ pub fn app(conf: &ClusterConf, ns: &Arc<Namespace>, serving: Arc<AtomicBool>) ->
     web::finish(web::probe_routes(probes).merge(pages), WebAuth::new(conf))
 }
 
-/// The configuration as the master runs with it, the token replaced by `********`.
+/// The configuration as the master runs with it, the token replaced by `********` and
+/// the secret options of `[[mount]]` entries by `***`.
 pub fn masked_conf(conf: &ClusterConf) -> String {
     let mut c = conf.clone();
     if !c.cluster.auth_token.is_empty() {
         c.cluster.auth_token = "********".into();
+    }
+    for m in &mut c.mount {
+        for (k, v) in m.options.iter_mut() {
+            if curvine_common::mount::is_secret_option(k) {
+                *v = "***".into();
+            }
+        }
     }
     format!("{c:#?}")
 }
@@ -639,6 +647,25 @@ mod tests {
         let text = masked_conf(&c);
         assert!(!text.contains("s3cret-token"));
         assert!(text.contains("********"));
+    }
+
+    #[test]
+    fn conf_masks_mount_secrets() {
+        let mut c = ClusterConf::default();
+        let mut m = curvine_common::mount::MountConf {
+            ufs: "s3://b/p".into(),
+            path: "/m".into(),
+            ..Default::default()
+        };
+        m.options
+            .insert("secret_access_key".into(), "s3cret-key".into());
+        m.options
+            .insert("session_token".into(), "s3cret-token".into());
+        m.options.insert("region".into(), "us-east-1".into());
+        c.mount.push(m);
+        let text = masked_conf(&c);
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(text.contains("us-east-1"), "{text}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! the worker-facing calls (register, the full block report in pages, heartbeat).
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::ops::RangeInclusive;
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
@@ -47,6 +48,9 @@ pub(super) struct WorkerState {
     pub tasks: Vec<curvine_common::proto::TaskReport>,
     /// Liveness as last logged by the lost-worker detector.
     pub was_alive: bool,
+    /// The key of its current registration (`RegisterResponse.session`); empty until it
+    /// registers with this master instance.
+    pub session: String,
 }
 
 pub(super) struct Workers {
@@ -92,6 +96,17 @@ impl Workers {
 
     fn alive(&self, w: &WorkerState) -> bool {
         w.last_seen.is_some_and(|t| t.elapsed() < self.lost_timeout)
+    }
+
+    /// The registered host of worker `id` when it is alive and `session` is the key of
+    /// its current registration.
+    pub fn session_host(&self, id: u32, session: &str) -> Option<String> {
+        let m = self.read();
+        let w = m.get(&id)?;
+        let ok = self.alive(w)
+            && !w.session.is_empty()
+            && same(w.session.as_bytes(), session.as_bytes());
+        ok.then(|| w.address.host.clone())
     }
 
     #[cfg(test)]
@@ -318,7 +333,28 @@ fn new_state(id: u32, mut address: WorkerAddress) -> WorkerState {
         scrubbed_bytes: 0,
         tasks: Vec::new(),
         was_alive: false,
+        session: String::new(),
     }
+}
+
+/// Whether `host` (an address, or a name resolved now) is `peer`.
+async fn host_has(host: &str, peer: IpAddr) -> bool {
+    let peer = peer.to_canonical();
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return ip.to_canonical() == peer;
+    }
+    match tokio::net::lookup_host((host, 0)).await {
+        Ok(mut addrs) => addrs.any(|a| a.ip().to_canonical() == peer),
+        Err(e) => {
+            warn!(%host, error = %e, "cannot resolve a worker's host");
+            false
+        }
+    }
+}
+
+/// Compare without an early exit on the first differing byte.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn free_in(w: &WorkerState, tier: StorageTier) -> u64 {
@@ -375,6 +411,7 @@ impl Namespace {
             .clone()
             .ok_or_else(|| FsError::invalid("register without an address"))?;
         let known = req.worker_id != 0 && self.workers.read().contains_key(&req.worker_id);
+        let session = format!("{:032x}", rand::random::<u128>());
         let (id, seq) = self.mutate(0, |txn| {
             let id = if known {
                 req.worker_id
@@ -402,6 +439,7 @@ impl Namespace {
             w.reserved_blocks.clear();
             w.freeing_sent.clear();
             w.was_alive = true;
+            w.session = session.clone();
         }
         // Its replicas are live again, and a copy it was sent may have been lost with it.
         self.repl.mark();
@@ -415,9 +453,34 @@ impl Namespace {
             RegisterResponse {
                 worker_id: id,
                 cluster_id: self.cluster_id.clone(),
+                session,
             },
             seq,
         ))
+    }
+
+    /// Whether a call from `peer` naming worker `id` and `session` comes from that worker:
+    /// it is alive, `session` is the key of its current registration, and `peer` (when
+    /// the transport knows it) is an address of the host it registered with.
+    pub async fn is_worker(&self, id: u32, session: &str, peer: Option<IpAddr>) -> bool {
+        if id == 0 {
+            return false;
+        }
+        let Some(host) = self.workers.session_host(id, session) else {
+            debug!(
+                worker = id,
+                "a call named a worker without its current session key"
+            );
+            return false;
+        };
+        let Some(peer) = peer else {
+            return true;
+        };
+        if host_has(&host, peer).await {
+            return true;
+        }
+        warn!(worker = id, %peer, %host, "a worker's session key used from another host; refused");
+        false
     }
 
     /// Whether worker `id` registered with this master instance.

@@ -44,6 +44,26 @@ pub struct HeartbeatConf {
     pub auth_token: String,
     /// Blocks per page of the full block report (`worker.block_report_page`).
     pub report_page: usize,
+    /// Set at each registration, for the read-through asking for mount secrets.
+    pub registration: Arc<Registration>,
+}
+
+/// This worker's id and the session key of its current registration with the master
+/// (`None` while it is not registered): the master gives mount secrets only to a
+/// caller that shows them.
+#[derive(Debug, Default)]
+pub struct Registration(Mutex<Option<(u32, String)>>);
+
+impl Registration {
+    pub fn get(&self) -> Option<(u32, String)> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+    fn set(&self, v: Option<(u32, String)>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = v;
+    }
 }
 
 /// Lets code short of space ask the heartbeat task for a heartbeat now, and wait until
@@ -271,6 +291,7 @@ impl Session {
     }
 
     async fn register(&mut self) -> FsResult<()> {
+        self.conf.registration.set(None);
         let mut client = self.client().await?;
         // Drain the incremental report first: everything committed before this point is
         // in the full report; later commits stay pending for the next heartbeat.
@@ -308,6 +329,9 @@ impl Session {
         }
         self.worker_id = resp.worker_id;
         self.cluster_id = resp.cluster_id;
+        self.conf
+            .registration
+            .set(Some((resp.worker_id, resp.session)));
         let per_page = self.conf.report_page.max(1);
         let (mut first, mut pages, mut blocks) = (0u64, 0, 0);
         loop {

@@ -96,6 +96,7 @@ pub async fn run_with_web(
             .await
             .map_err(|e| FsError::internal(format!("open block store: {e}")))??
     };
+    let registration = Arc::new(heartbeat::Registration::default());
     let ctx = Arc::new(data_server::DataCtx {
         store: store.clone(),
         auth_token: conf.cluster.auth_token.clone(),
@@ -106,6 +107,7 @@ pub async fn run_with_web(
             conf.master_addr(),
             conf.cluster.auth_token.clone(),
             conf.client.rpc_timeout.get(),
+            registration.clone(),
         )),
     });
     let hb = heartbeat::HeartbeatConf {
@@ -120,6 +122,7 @@ pub async fn run_with_web(
         connect_timeout: conf.client.connect_timeout.get(),
         auth_token: conf.cluster.auth_token.clone(),
         report_page: conf.worker.block_report_page as usize,
+        registration,
     };
     let bg = Arc::new(replicator::Background::new(conf.worker.copy_concurrency));
     let copy = replicator::CopyCtx {

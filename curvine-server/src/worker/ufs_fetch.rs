@@ -26,7 +26,7 @@ use tonic::transport::Endpoint;
 use tracing::{debug, info, warn};
 
 use super::data_server::{join_err, Conn, DataCtx};
-use super::heartbeat::AUTH_METADATA_KEY;
+use super::heartbeat::{Registration, AUTH_METADATA_KEY};
 use super::read_path::{widen, MAX_READ_FRAME};
 use crate::ufs;
 
@@ -53,16 +53,24 @@ pub struct UfsCtx {
     master_addr: String,
     auth_token: String,
     timeout: Duration,
+    /// Shown to the master to get a mount's secrets.
+    registration: Arc<Registration>,
     ops: Mutex<HashMap<u64, (String, Operator)>>,
     fetches: Mutex<HashMap<u64, Arc<Fetch>>>,
 }
 
 impl UfsCtx {
-    pub fn new(master_addr: String, auth_token: String, timeout: Duration) -> UfsCtx {
+    pub fn new(
+        master_addr: String,
+        auth_token: String,
+        timeout: Duration,
+        registration: Arc<Registration>,
+    ) -> UfsCtx {
         UfsCtx {
             master_addr,
             auth_token,
             timeout,
+            registration,
             ops: Mutex::new(HashMap::new()),
             fetches: Mutex::new(HashMap::new()),
         }
@@ -77,8 +85,21 @@ impl UfsCtx {
             .map_err(|e| FsError::config(format!("master address {}: {e}", self.master_addr)))?
             .connect_timeout(self.timeout)
             .timeout(self.timeout);
+        let (worker_id, session) = self
+            .registration
+            .get()
+            .ok_or_else(|| FsError::Unavailable {
+                message: format!(
+                    "mount {id}: this worker is not registered with the master, which gives a \
+                 mount's credentials only to registered workers"
+                ),
+            })?;
         let mut client = MasterServiceClient::new(ep.connect().await?);
-        let mut req = tonic::Request::new(GetMountRequest { mount_id: id });
+        let mut req = tonic::Request::new(GetMountRequest {
+            mount_id: id,
+            worker_id,
+            session,
+        });
         if !self.auth_token.is_empty() {
             let v = self
                 .auth_token
@@ -86,11 +107,22 @@ impl UfsCtx {
                 .map_err(|_| FsError::config("cluster.auth_token is not valid ASCII metadata"))?;
             req.metadata_mut().insert(AUTH_METADATA_KEY, v);
         }
-        let info = client
+        let reply = client
             .get_mount(req)
             .await
             .map_err(FsError::from)?
-            .into_inner()
+            .into_inner();
+        if reply.redacted {
+            // not cached: the next fetch asks again (after a re-registration)
+            return Err(FsError::Unavailable {
+                message: format!(
+                    "mount {id}: the master withheld its credentials (it does not know this \
+                     worker's registration, or the worker calls from another host than it \
+                     registered)"
+                ),
+            });
+        }
+        let info = reply
             .mount
             .ok_or_else(|| FsError::protocol("get_mount: no mount in the reply"))?;
         let op = ufs::build(&info.ufs_uri, &info.options)?;

@@ -109,6 +109,7 @@ impl MasterService for FakeMaster {
         Ok(Response::new(RegisterResponse {
             worker_id: 17,
             cluster_id: "c-1".into(),
+            session: String::new(),
         }))
     }
 

@@ -66,6 +66,7 @@ impl TestServer {
                 String::new(),
                 String::new(),
                 std::time::Duration::from_secs(1),
+                Default::default(),
             )),
         });
         let tasks = Tasks::new(&Default::default());

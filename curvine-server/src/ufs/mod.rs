@@ -7,10 +7,13 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Once;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub mod credentials;
+
 use curvine_common::mount::is_secret_option;
 use curvine_common::{FsError, FsResult};
 use futures_util::{StreamExt, TryStreamExt};
 use opendal::{ErrorKind, Metadata, Operator};
+use tracing::warn;
 
 /// How long the mount-time check (listing the root) may take.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(15);
@@ -68,18 +71,31 @@ fn install_transport() {
     ONCE.call_once(opendal_http_transport_reqwest::install_default);
 }
 
-/// An operator for `uri` with `options` (OpenDAL's own config keys for the service).
-/// No network I/O: see `check` for that. Unknown keys, and keys the URI sets, are
-/// refused naming the key.
-pub fn build(uri: &str, options: &HashMap<String, String>) -> FsResult<Operator> {
-    let loc = parse_uri(uri)?;
-    let (known, fixed): (BTreeSet<String>, &[&str]) = match &loc {
+/// The options the operator of `uri` is built from (master only): `options` with the
+/// values of its credentials file merged in (see `credentials`), the file's keys
+/// checked as options are.
+pub fn resolve(uri: &str, options: &HashMap<String, String>) -> FsResult<HashMap<String, String>> {
+    let (known, fixed) = option_keys(&parse_uri(uri)?);
+    credentials::resolve(uri, options, |k| known.contains(k) && !fixed.contains(&k))
+}
+
+/// The config keys of the service `loc` names, and those of them the URI sets.
+fn option_keys(loc: &Location) -> (BTreeSet<String>, &'static [&'static str]) {
+    match loc {
         Location::S3 { .. } => (
             known_keys::<opendal_service_s3::S3Config>(),
             &["bucket", "root"],
         ),
         Location::Fs { .. } => (known_keys::<opendal_service_fs::FsConfig>(), &["root"]),
-    };
+    }
+}
+
+/// An operator for `uri` with `options` (OpenDAL's own config keys for the service).
+/// No network I/O: see `check` for that. Unknown keys, and keys the URI sets, are
+/// refused naming the key.
+pub fn build(uri: &str, options: &HashMap<String, String>) -> FsResult<Operator> {
+    let loc = parse_uri(uri)?;
+    let (known, fixed) = option_keys(&loc);
     for k in options.keys() {
         if fixed.contains(&k.as_str()) {
             return Err(FsError::invalid(format!(
@@ -274,6 +290,29 @@ pub async fn list_dir(uri: &str, op: &Operator, key: &str) -> FsResult<Vec<Objec
 
 /// Stats in flight while a listing fills in what the store's listing left out.
 const STATS_IN_FLIGHT: usize = 16;
+
+/// Log targets that print credentials below INFO: reqsign's credential providers show
+/// static keys in their `Debug` output, and its signer the signed headers (a session
+/// token among them).
+const SECRET_LOG_TARGETS: &[&str] = &[
+    "reqsign",
+    "reqsign_core",
+    "reqsign_aws_core",
+    "reqsign_aws_v4",
+];
+
+/// `filter` with the targets that would log credentials held at INFO, whatever it says.
+pub fn without_secret_logs(
+    mut filter: tracing_subscriber::EnvFilter,
+) -> tracing_subscriber::EnvFilter {
+    for t in SECRET_LOG_TARGETS {
+        match format!("{t}=info").parse() {
+            Ok(d) => filter = filter.add_directive(d),
+            Err(e) => warn!(target = t, error = %e, "bad log directive"),
+        }
+    }
+    filter
+}
 
 /// `options` as they may be logged: secrets out.
 pub fn loggable(options: &HashMap<String, String>) -> String {
