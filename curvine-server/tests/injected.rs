@@ -243,3 +243,32 @@ fn enospc_on_write_is_a_clear_no_space_error() {
         c.shutdown().await.unwrap();
     });
 }
+
+#[test]
+fn a_call_that_panics_fails_alone_and_the_master_serves_on() {
+    runtime().block_on(async {
+        let c = cluster(0).await;
+        let fs = CurvineFs::connect(c.client_conf()).await.unwrap();
+        let m = [c.master_addr().to_string()];
+        fs.mkdir("/ip/kept", true).await.unwrap();
+        // in the namespace work, on its blocking thread
+        fault::arm_at("master.namespace", &m, Fault::Panic, Some(1));
+        let e = fs.mkdir("/ip/a", false).await.unwrap_err();
+        assert!(matches!(e, FsError::Internal { .. }), "{e:?}");
+        // in the async part of a handler
+        fault::arm_at("master.Mkdir", &m, Fault::Panic, Some(1));
+        let e = fs.mkdir("/ip/b", false).await.unwrap_err();
+        assert!(matches!(e, FsError::Internal { .. }), "{e:?}");
+        assert_eq!(fault::fired("master.namespace", &m), 1);
+        assert_eq!(fault::fired("master.Mkdir", &m), 1);
+        // the same client and connection go on, and the panics applied nothing
+        let names = |l: Vec<curvine_common::proto::FileStatus>| -> Vec<String> {
+            l.into_iter().map(|s| s.name).collect()
+        };
+        assert_eq!(names(fs.list("/ip").await.unwrap()), ["kept"]);
+        fs.mkdir("/ip/a", false).await.unwrap();
+        fs.mkdir("/ip/b", false).await.unwrap();
+        assert_eq!(names(fs.list("/ip").await.unwrap()), ["a", "b", "kept"]);
+        clear(&c, &["master.namespace", "master.Mkdir"]);
+    });
+}

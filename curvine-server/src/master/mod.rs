@@ -154,6 +154,7 @@ pub async fn run_with_web(
     let svc = Arc::new(metered::Metered(service::MasterSvc {
         ns: ns.clone(),
         stop: cancel.clone(),
+        addr,
     }));
     let auth = auth::AuthInterceptor::new(&conf.cluster.auth_token);
     // one port, two protocols: framed connections are served by `framed`, the rest
