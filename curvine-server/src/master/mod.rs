@@ -1,6 +1,7 @@
 //! Master: namespace and block map in RocksDB, worker registry, placement, gRPC service.
 //!
-//! Layout: `store` (RocksDB column families, `apply` of journal entries), `records`
+//! Layout: `store` (RocksDB column families and their reads and writes), `apply` (a
+//! journal entry turned into a write batch and typed effects, a pure step), `records`
 //! (persisted prost records and the `JournalEntry`), `syncer` (WAL group commit),
 //! `namespace` (path walk, permissions, the mutation primitive), `tree`, `files` and
 //! `attrs` (the operations), `workers` (registry, placement, block reports), `lease`
@@ -8,6 +9,7 @@
 //! service); under-stores: `mounts`, `ufs_meta` (metadata), `persist` (uploads),
 //! `ufs_write` (renames, deletes, read-only mounts), `ttl`.
 
+mod apply;
 mod attrs;
 pub mod auth;
 mod changes;
