@@ -17,6 +17,9 @@
 //!   changes the namespace, before it does; scope = the master's `ip:port`. `Panic`
 //!   panics there (the call fails with `Internal`, the master serves on), `Delay`
 //!   sleeps, `Error` fails the call with that error.
+//! - `master.purge`, on the blocking thread before each entry of the removal of a
+//!   detached subtree (a large recursive delete); scope = the master's `ip:port`.
+//!   `Delay` slows the removal down, `Error` fails the step (retried after a second).
 //! - `worker.read_block`, `worker.write_block`, at the open of a data-plane block read or
 //!   write; scope = the worker's `host:port`. `Delay` sleeps, `Error` answers an ERROR
 //!   frame, `Drop` closes the connection mid-stream without an error frame (a read sends

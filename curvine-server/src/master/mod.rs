@@ -7,7 +7,8 @@
 //! `attrs` (the operations), `workers` (registry, placement, block reports), `lease`
 //! (writer leases), `changes` (the change log mounts follow), `service` (the tonic
 //! service); under-stores: `mounts`, `ufs_meta` (metadata), `persist` (uploads),
-//! `ufs_write` (renames, deletes, read-only mounts), `ttl`.
+//! `ufs_write` (renames, deletes, read-only mounts), `ttl`; `purge` (recursive deletes
+//! of large subtrees in bounded entries).
 
 mod apply;
 mod attrs;
@@ -22,6 +23,7 @@ mod metered;
 mod mounts;
 mod namespace;
 mod persist;
+mod purge;
 mod records;
 mod replication;
 mod service;
@@ -39,6 +41,8 @@ mod workers;
 mod tests;
 #[cfg(test)]
 mod tests_posix;
+#[cfg(test)]
+mod tests_purge;
 #[cfg(test)]
 mod tests_replication;
 #[cfg(test)]
@@ -146,6 +150,9 @@ pub async fn run_with_web(
             .spawn("persist", move |t| persist::persist_loop(n, t.token()));
         let n = ns.clone();
         ns.tasks.spawn("ttl", move |t| ttl::ttl_loop(n, t.token()));
+        let (n, scope) = (ns.clone(), addr.to_string());
+        ns.tasks
+            .spawn("purge", move |t| purge::purge_loop(n, t, scope));
     }
 
     let serving = Arc::new(std::sync::atomic::AtomicBool::new(false));

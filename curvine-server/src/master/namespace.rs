@@ -52,6 +52,8 @@ pub struct Namespace {
     /// When files under mounts with a TTL were last opened (in memory: after a restart
     /// a file's age counts from its mtime).
     pub(super) opened: super::ttl::LastOpen,
+    /// Wakes the task that removes detached subtrees (large recursive deletes).
+    pub(super) purge: super::purge::Purge,
 }
 
 /// Read access shared by the store (lock-free reads) and a transaction (its own
@@ -512,6 +514,7 @@ impl Namespace {
             tasks,
             persister: Default::default(),
             opened: Default::default(),
+            purge: Default::default(),
         };
         ns.workers.load(&ns.store)?;
         // Writers of files open before the restart get a fresh lease to continue.
