@@ -71,6 +71,10 @@ pub struct MasterConf {
     pub lease_timeout: Dur,
     /// Entries per `list` reply page.
     pub list_page_size: u32,
+    /// Inodes a recursive delete removes per journal entry. A larger subtree is
+    /// detached at once (its path is gone) and removed in the background, this many
+    /// inodes per entry.
+    pub delete_batch: u32,
     /// Maximum length of one path component in bytes.
     pub max_name_len: usize,
     /// Maximum path length in bytes. Clients refuse paths given to them of PATH_MAX
@@ -130,6 +134,7 @@ impl Default for MasterConf {
             worker_lost_timeout: Dur(Duration::from_secs(30)),
             lease_timeout: Dur(Duration::from_secs(60)),
             list_page_size: 1000,
+            delete_batch: 1000,
             max_name_len: 255,
             max_path_len: crate::path::MAX_MOUNT_PATH_LEN,
             replication_interval: Dur(Duration::from_secs(5)),
@@ -539,6 +544,9 @@ impl ClusterConf {
         }
         if self.master.replicas == 0 {
             return Err(FsError::config("master.replicas must be at least 1"));
+        }
+        if self.master.delete_batch == 0 {
+            return Err(FsError::config("master.delete_batch must be at least 1"));
         }
         let fc = self.master.file_cache.0;
         if fc != 0 && fc < MIN_FILE_CACHE {

@@ -13,6 +13,13 @@
 //!   top of every master RPC handler; scope = the master's `ip:port`. `Delay` sleeps
 //!   before handling, `Error` replies with that error, `Drop` never replies (a lost
 //!   request; the client's rpc timeout fires).
+//! - `master.namespace`, on the blocking thread of every master call that reads or
+//!   changes the namespace, before it does; scope = the master's `ip:port`. `Panic`
+//!   panics there (the call fails with `Internal`, the master serves on), `Delay`
+//!   sleeps, `Error` fails the call with that error.
+//! - `master.purge`, on the blocking thread before each entry of the removal of a
+//!   detached subtree (a large recursive delete); scope = the master's `ip:port`.
+//!   `Delay` slows the removal down, `Error` fails the step (retried after a second).
 //! - `worker.read_block`, `worker.write_block`, at the open of a data-plane block read or
 //!   write; scope = the worker's `host:port`. `Delay` sleeps, `Error` answers an ERROR
 //!   frame, `Drop` closes the connection mid-stream without an error frame (a read sends
@@ -25,6 +32,7 @@
 //!   the worker's `host:port`. `Os(errno)` fails the syscall with that errno (ENOSPC
 //!   becomes `FsError::NoSpace`), `Error` fails it with that error, `Delay` sleeps
 //!   (these points run on blocking threads), `Drop` is EIO.
+//! - `Panic` panics at any point, as a bug there would.
 //!
 //! The registry is process-global (MiniCluster runs every node in the test's process);
 //! rules scoped to one cluster's addresses keep parallel tests apart.
@@ -120,6 +128,8 @@ mod registry {
         Os(i32),
         /// Lose the request or connection (see the module docs per point).
         Drop,
+        /// Panic (a bug at that point).
+        Panic,
     }
 
     #[derive(Debug)]
@@ -221,6 +231,7 @@ mod registry {
             Some(Fault::Error(e)) => Err(e.into()),
             Some(Fault::Os(errno)) => Err(os_error(point, errno).into()),
             Some(Fault::Drop) => std::future::pending().await,
+            Some(Fault::Panic) => panic!("injected panic at {point}"),
         }
     }
 
@@ -235,6 +246,7 @@ mod registry {
             Some(Fault::Error(e)) => Err(e),
             Some(Fault::Os(errno)) => Err(os_error(point, errno)),
             Some(Fault::Drop) => Ok(true),
+            Some(Fault::Panic) => panic!("injected panic at {point}"),
         }
     }
 
@@ -249,6 +261,7 @@ mod registry {
             Some(Fault::Error(e)) => Err(e),
             Some(Fault::Os(errno)) => Err(os_error(point, errno)),
             Some(Fault::Drop) => Err(os_error(point, libc::EIO)),
+            Some(Fault::Panic) => panic!("injected panic at {point}"),
         }
     }
 

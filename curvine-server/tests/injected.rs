@@ -243,3 +243,129 @@ fn enospc_on_write_is_a_clear_no_space_error() {
         c.shutdown().await.unwrap();
     });
 }
+
+#[test]
+fn a_call_that_panics_fails_alone_and_the_master_serves_on() {
+    runtime().block_on(async {
+        let c = cluster(0).await;
+        let fs = CurvineFs::connect(c.client_conf()).await.unwrap();
+        let m = [c.master_addr().to_string()];
+        fs.mkdir("/ip/kept", true).await.unwrap();
+        // in the namespace work, on its blocking thread
+        fault::arm_at("master.namespace", &m, Fault::Panic, Some(1));
+        let e = fs.mkdir("/ip/a", false).await.unwrap_err();
+        assert!(matches!(e, FsError::Internal { .. }), "{e:?}");
+        // in the async part of a handler
+        fault::arm_at("master.Mkdir", &m, Fault::Panic, Some(1));
+        let e = fs.mkdir("/ip/b", false).await.unwrap_err();
+        assert!(matches!(e, FsError::Internal { .. }), "{e:?}");
+        assert_eq!(fault::fired("master.namespace", &m), 1);
+        assert_eq!(fault::fired("master.Mkdir", &m), 1);
+        // the same client and connection go on, and the panics applied nothing
+        let names = |l: Vec<curvine_common::proto::FileStatus>| -> Vec<String> {
+            l.into_iter().map(|s| s.name).collect()
+        };
+        assert_eq!(names(fs.list("/ip").await.unwrap()), ["kept"]);
+        fs.mkdir("/ip/a", false).await.unwrap();
+        fs.mkdir("/ip/b", false).await.unwrap();
+        assert_eq!(names(fs.list("/ip").await.unwrap()), ["a", "b", "kept"]);
+        clear(&c, &["master.namespace", "master.Mkdir"]);
+    });
+}
+
+/// A recursive delete of 20,000 files in entries of 100 inodes: the tree is gone at
+/// once, the master restarts half-way through the removal, and in the end every
+/// counter is back and every block is gone from the worker.
+#[test]
+fn a_large_delete_is_gone_at_once_and_finishes_after_a_restart() {
+    const DIRS: usize = 20;
+    const FILES: usize = 1_000;
+    const WITH_DATA: usize = 50; // one file in 50 has a block
+    runtime().block_on(async {
+        let mut c = MiniCluster::builder()
+            .workers(1)
+            .conf(|c| {
+                c.master.delete_batch = 100;
+                c.journal.sync = false;
+            })
+            .start()
+            .await
+            .unwrap();
+        let fs = CurvineFs::connect(c.client_conf()).await.unwrap();
+        fs.mkdir("/pd", false).await.unwrap();
+        let base = c.report().await.unwrap();
+        let mut writers = Vec::new();
+        for d in 0..DIRS {
+            let fs = fs.clone();
+            writers.push(tokio::spawn(async move {
+                fs.mkdir(&format!("/pd/t/d{d}"), true).await?;
+                for f in 0..FILES {
+                    let body = if f % WITH_DATA == 0 {
+                        data(1024, f as u64)
+                    } else {
+                        Vec::new()
+                    };
+                    fs.write_file(&format!("/pd/t/d{d}/f{f}"), &body).await?;
+                }
+                curvine_common::FsResult::Ok(())
+            }));
+        }
+        for w in writers {
+            w.await.unwrap().unwrap();
+        }
+        let blocks = (DIRS * FILES / WITH_DATA) as u64;
+        let full = c.report().await.unwrap();
+        assert_eq!(full.files, base.files + (DIRS * FILES) as u64);
+        assert_eq!(full.dirs, base.dirs + 1 + DIRS as u64);
+        assert_eq!(full.blocks, base.blocks + blocks);
+        assert_eq!(block_files(&c, 0).len() as u64, blocks);
+
+        // slow each removal step down so that the restart falls in the middle
+        let m = [c.master_addr().to_string()];
+        fault::arm_at(
+            "master.purge",
+            &m,
+            Fault::Delay(Duration::from_millis(20)),
+            None,
+        );
+        let started = Instant::now();
+        fs.delete("/pd/t", true).await.unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the delete took {:?}",
+            started.elapsed()
+        );
+        assert!(!fs.exists("/pd/t").await.unwrap());
+        assert!(fs.list("/pd").await.unwrap().is_empty());
+        wait_until(Duration::from_secs(60), || async {
+            c.report()
+                .await
+                .is_ok_and(|r| r.files + 1_000 <= full.files)
+        })
+        .await
+        .expect("the background removal makes progress");
+        c.restart_master().await.unwrap();
+        let r = c.report().await.unwrap();
+        assert!(r.files > base.files, "restarted after the removal ended");
+        assert!(r.tasks.iter().any(|t| t.name == "purge"), "{:?}", r.tasks);
+        clear(&c, &["master.purge"]);
+
+        wait_until(Duration::from_secs(120), || async {
+            c.report()
+                .await
+                .is_ok_and(|r| (r.files, r.dirs, r.blocks) == (base.files, base.dirs, base.blocks))
+        })
+        .await
+        .expect("files, directories and blocks counted as before the tree");
+        wait_until(Duration::from_secs(60), || async {
+            block_files(&c, 0).is_empty()
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{} blocks left on the worker", block_files(&c, 0).len()));
+        // the namespace is whole: the name is free, the parent is empty
+        let fs = CurvineFs::connect(c.client_conf()).await.unwrap();
+        assert!(fs.list("/pd").await.unwrap().is_empty());
+        fs.write_file("/pd/t", b"again").await.unwrap();
+        assert_eq!(fs.read_file("/pd/t").await.unwrap(), b"again");
+    });
+}

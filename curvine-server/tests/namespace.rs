@@ -307,6 +307,7 @@ fn report_lists_the_background_tasks() {
                 "lease_expiry",
                 "lost_workers",
                 "persist",
+                "purge",
                 "replication",
                 "ttl"
             ]

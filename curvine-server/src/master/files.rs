@@ -109,7 +109,7 @@ impl Namespace {
 
     fn open_for_write(&self, txn: &mut Txn<'_>, ino: &InodeRec, client_id: u64) {
         txn.put_meta(store::open_key(ino.id), client_id.to_be_bytes().to_vec());
-        txn.grants.push((ino.id, client_id));
+        txn.grant_lease(ino.id, client_id);
     }
 
     /// Create the missing parents of `path` (for create_parents); returns the parent id
@@ -233,7 +233,7 @@ impl Namespace {
             }
             rec.locs.retain(|l| ids.contains(&l.worker_id));
             for wid in &ids {
-                txn.committed_on.push((*wid, rec.id, cb.len));
+                txn.replica_committed(*wid, rec.id, cb.len);
                 if !rec.locs.iter().any(|l| l.worker_id == *wid) {
                     rec.locs.push(Loc {
                         worker_id: *wid,
@@ -371,7 +371,7 @@ impl Namespace {
                 txn.now
             };
             txn.del_meta(store::open_key(ino.id));
-            txn.releases.push(ino.id);
+            txn.release_lease(ino.id);
             self.mark_written(txn, &mut ino, &req.path);
             txn.put_inode(ino.clone());
             Ok(status(&ino, req.path.clone(), ino.name.clone()))
@@ -409,7 +409,7 @@ impl Namespace {
                 None => match txn.inode(file_id)? {
                     Some(i) if is_file(&i) && !i.complete => i,
                     _ => {
-                        txn.releases.push(file_id);
+                        txn.release_lease(file_id);
                         return Ok(());
                     }
                 },
@@ -420,7 +420,7 @@ impl Namespace {
                 ino.complete = true;
                 ino.appending = false;
                 txn.del_meta(store::open_key(ino.id));
-                txn.releases.push(ino.id);
+                txn.release_lease(ino.id);
                 txn.put_inode(ino);
                 return Ok(());
             }

@@ -1,13 +1,16 @@
 //! Master: namespace and block map in RocksDB, worker registry, placement, gRPC service.
 //!
-//! Layout: `store` (RocksDB column families, `apply` of journal entries), `records`
+//! Layout: `store` (RocksDB column families and their reads and writes), `apply` (a
+//! journal entry turned into a write batch and typed effects, a pure step), `records`
 //! (persisted prost records and the `JournalEntry`), `syncer` (WAL group commit),
 //! `namespace` (path walk, permissions, the mutation primitive), `tree`, `files` and
 //! `attrs` (the operations), `workers` (registry, placement, block reports), `lease`
 //! (writer leases), `changes` (the change log mounts follow), `service` (the tonic
 //! service); under-stores: `mounts`, `ufs_meta` (metadata), `persist` (uploads),
-//! `ufs_write` (renames, deletes, read-only mounts), `ttl`.
+//! `ufs_write` (renames, deletes, read-only mounts), `ttl`; `purge` (recursive deletes
+//! of large subtrees in bounded entries).
 
+mod apply;
 mod attrs;
 pub mod auth;
 mod changes;
@@ -20,6 +23,7 @@ mod metered;
 mod mounts;
 mod namespace;
 mod persist;
+mod purge;
 mod records;
 mod replication;
 mod service;
@@ -37,6 +41,8 @@ mod workers;
 mod tests;
 #[cfg(test)]
 mod tests_posix;
+#[cfg(test)]
+mod tests_purge;
 #[cfg(test)]
 mod tests_replication;
 #[cfg(test)]
@@ -144,6 +150,9 @@ pub async fn run_with_web(
             .spawn("persist", move |t| persist::persist_loop(n, t.token()));
         let n = ns.clone();
         ns.tasks.spawn("ttl", move |t| ttl::ttl_loop(n, t.token()));
+        let (n, scope) = (ns.clone(), addr.to_string());
+        ns.tasks
+            .spawn("purge", move |t| purge::purge_loop(n, t, scope));
     }
 
     let serving = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -154,6 +163,7 @@ pub async fn run_with_web(
     let svc = Arc::new(metered::Metered(service::MasterSvc {
         ns: ns.clone(),
         stop: cancel.clone(),
+        addr,
     }));
     let auth = auth::AuthInterceptor::new(&conf.cluster.auth_token);
     // one port, two protocols: framed connections are served by `framed`, the rest

@@ -13,10 +13,12 @@ use curvine_common::{FsError, FsResult, InodeId};
 use prost::Message;
 use tracing::info;
 
+use super::apply::{self, Applied, Effects};
 use super::changes::{ChangeLog, FOLLOW_GRACE, KEPT_BYTES, KEPT_CHANGES};
 use super::lease::Leases;
 use super::records::{
-    op::Kind, BlockRec, Counters, EdgeRec, InodeRec, JournalEntry, MetaRec, WorkerBlockRec,
+    op::Kind, BlockRec, Counters, EdgeRec, InodeRec, JournalEntry, LeaseRec, MetaRec, ReplicaRec,
+    WorkerBlockRec,
 };
 use super::store::{self, Store};
 use super::syncer::Syncer;
@@ -50,6 +52,8 @@ pub struct Namespace {
     /// When files under mounts with a TTL were last opened (in memory: after a restart
     /// a file's age counts from its mtime).
     pub(super) opened: super::ttl::LastOpen,
+    /// Wakes the task that removes detached subtrees (large recursive deletes).
+    pub(super) purge: super::purge::Purge,
 }
 
 /// Read access shared by the store (lock-free reads) and a transaction (its own
@@ -68,16 +72,11 @@ impl Reader for Store {
     }
 }
 
-/// A mutation being built: the journal entry plus an overlay of what it has written.
-/// A replica to delete: `len` bytes in `tier` of `worker` become free once it is gone.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Delete {
-    pub worker: u32,
-    pub block: u64,
-    pub tier: i32,
-    pub len: u64,
-}
+pub(super) use super::apply::Delete;
 
+/// A mutation being built: the journal entry plus an overlay of what it has written.
+/// Effects on the master's memory (leases, replica accounting, deletions) are recorded
+/// in the entry too, so that applying it (`apply::step`) needs nothing else.
 pub(super) struct Txn<'a> {
     pub store: &'a Store,
     pub counters: Counters,
@@ -85,17 +84,6 @@ pub(super) struct Txn<'a> {
     entry: JournalEntry,
     inodes: HashMap<u64, Option<InodeRec>>,
     edges: HashMap<(u64, String), Option<u64>>,
-    /// Replicas to delete once the entry is applied.
-    pub deletes: Vec<Delete>,
-    /// Reservation accounting for placement: (worker, block) of dropped replicas, and
-    /// (worker, block, len) of replicas committed now.
-    pub freed: Vec<(u32, u64)>,
-    pub committed_on: Vec<(u32, u64, u64)>,
-    /// Leases to grant (inode, client) / release once applied.
-    pub grants: Vec<(u64, u64)>,
-    pub releases: Vec<u64>,
-    /// A block record was dropped (re-replication's count of missing blocks may change).
-    pub dropped_block: bool,
 }
 
 impl Reader for Txn<'_> {
@@ -171,17 +159,51 @@ impl Txn<'_> {
     pub fn drop_block(&mut self, b: &BlockRec) {
         for l in &b.locs {
             self.del_worker_block(l.worker_id, b.id);
-            self.deletes.push(Delete {
+            self.delete_replica(Delete {
                 worker: l.worker_id,
                 block: b.id,
                 tier: l.tier,
                 len: b.len,
             });
-            self.freed.push((l.worker_id, b.id));
+            self.replica_freed(l.worker_id, b.id);
         }
         self.entry.push(Kind::DelBlock(b.id));
         self.counters.blocks = self.counters.blocks.saturating_sub(1);
-        self.dropped_block = true;
+    }
+    /// Once applied, have the worker delete replica `d`.
+    pub fn delete_replica(&mut self, d: Delete) {
+        self.entry.push(Kind::DeleteReplica(ReplicaRec {
+            worker_id: d.worker,
+            block_id: d.block,
+            tier: d.tier,
+            len: d.len,
+        }));
+    }
+    /// Once applied, the replica of `block` on `worker` is out of the block map (for
+    /// the worker's reservations).
+    pub fn replica_freed(&mut self, worker: u32, block: u64) {
+        self.entry.push(Kind::ReplicaFreed(WorkerBlockRec {
+            worker_id: worker,
+            block_id: block,
+        }));
+    }
+    /// Once applied, `len` bytes of `block` are committed on `worker`.
+    pub fn replica_committed(&mut self, worker: u32, block: u64, len: u64) {
+        self.entry.push(Kind::ReplicaCommitted(ReplicaRec {
+            worker_id: worker,
+            block_id: block,
+            tier: 0,
+            len,
+        }));
+    }
+    /// Once applied, `client_id` holds the writer's lease on `inode`.
+    pub fn grant_lease(&mut self, inode: u64, client_id: u64) {
+        self.entry
+            .push(Kind::GrantLease(LeaseRec { inode, client_id }));
+    }
+    /// Once applied, nobody holds a lease on `inode`.
+    pub fn release_lease(&mut self, inode: u64) {
+        self.entry.push(Kind::ReleaseLease(inode));
     }
     pub fn put_meta(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.entry.push(Kind::PutMeta(MetaRec { key, value }));
@@ -260,7 +282,7 @@ impl Txn<'_> {
         }
         if !child.complete {
             self.del_meta(store::open_key(child.id));
-            self.releases.push(child.id);
+            self.release_lease(child.id);
         }
         if child.ufs.as_ref().is_some_and(|u| !u.persisted) {
             self.del_meta(super::persist::pending_key(child.id));
@@ -492,6 +514,7 @@ impl Namespace {
             tasks,
             persister: Default::default(),
             opened: Default::default(),
+            purge: Default::default(),
         };
         ns.workers.load(&ns.store)?;
         // Writers of files open before the restart get a fresh lease to continue.
@@ -535,45 +558,55 @@ impl Namespace {
             entry: JournalEntry::default(),
             inodes: HashMap::new(),
             edges: HashMap::new(),
-            deletes: Vec::new(),
-            freed: Vec::new(),
-            committed_on: Vec::new(),
-            grants: Vec::new(),
-            releases: Vec::new(),
-            dropped_block: false,
         };
         let r = f(&mut txn)?;
-        if txn.entry.ops.is_empty() && txn.counters == *guard {
-            return Ok((r, 0));
-        }
         if txn.counters != *guard {
             let c = txn.counters.encode_to_vec();
             txn.put_meta(store::META_COUNTERS.to_vec(), c);
         }
-        self.store.apply(&txn.entry)?;
-        let seq = self.syncer.wrote();
-        self.changes.record(origin, &txn.entry);
-        *guard = txn.counters;
-        for id in txn.releases {
-            self.leases.release(id);
+        if txn.entry.ops.is_empty() {
+            return Ok((r, 0));
         }
-        for (id, client) in txn.grants {
-            self.leases.grant(id, client);
+        let Applied { batch, effects } = apply::step(&self.store, &txn.entry)?;
+        // an entry of effects alone (a lease released on a file already gone) writes
+        // nothing and needs no sync
+        let seq = if batch.is_empty() {
+            0
+        } else {
+            self.store.write(batch, &txn.entry)?;
+            let seq = self.syncer.wrote();
+            self.changes.record(origin, &txn.entry);
+            seq
+        };
+        if let Some(c) = effects.counters {
+            *guard = c;
         }
-        for (w, b, len) in txn.committed_on {
-            self.workers.block_committed(w, b, len);
-        }
-        for (w, b) in txn.freed {
-            self.workers.block_dropped(w, b);
-        }
-        for d in txn.deletes {
-            self.workers.queue_delete(d);
-        }
+        self.apply_effects(&effects);
         drop(guard);
-        if txn.dropped_block {
+        if effects.blocks_dropped {
             self.repl.block_dropped();
         }
         Ok((r, seq))
+    }
+
+    /// Bring the master's memory up to date with an applied entry's effects (under the
+    /// mutation lock, in apply order).
+    fn apply_effects(&self, fx: &Effects) {
+        for &id in &fx.released {
+            self.leases.release(id);
+        }
+        for g in &fx.granted {
+            self.leases.grant(g.inode, g.client_id);
+        }
+        for c in &fx.committed {
+            self.workers.block_committed(c.worker, c.block, c.len);
+        }
+        for f in &fx.freed {
+            self.workers.block_dropped(f.worker, f.block);
+        }
+        for &d in &fx.deletes {
+            self.workers.queue_delete(d);
+        }
     }
 
     /// Validate `path` against the configured limits and split it.

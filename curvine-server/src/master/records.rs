@@ -2,8 +2,10 @@
 //! namespace mutation is expressed as.
 //!
 //! A `JournalEntry` is a list of record-level operations computed by the namespace under
-//! its mutation lock. Applying it (`Store::apply`) is a pure function of the entry, so
-//! the same entries can later be replicated by Raft and applied on followers unchanged.
+//! its mutation lock. Applying it (`apply::step`) is a pure function of the entry: the
+//! RocksDB writes and the effects on the master's memory (leases, replica accounting,
+//! deletions to send to workers) both follow from the entry alone, so the same entries
+//! can later be replicated by Raft and applied on followers unchanged.
 
 use std::collections::BTreeMap;
 
@@ -185,9 +187,34 @@ pub struct MetaRec {
     pub value: Vec<u8>,
 }
 
+/// A writer's lease on a file under construction.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LeaseRec {
+    #[prost(uint64, tag = "1")]
+    pub inode: u64,
+    #[prost(uint64, tag = "2")]
+    pub client_id: u64,
+}
+
+/// One replica of a block: `len` bytes in `tier` of `worker_id`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ReplicaRec {
+    #[prost(uint32, tag = "1")]
+    pub worker_id: u32,
+    #[prost(uint64, tag = "2")]
+    pub block_id: u64,
+    #[prost(int32, tag = "3")]
+    pub tier: i32,
+    #[prost(uint64, tag = "4")]
+    pub len: u64,
+}
+
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Op {
-    #[prost(oneof = "op::Kind", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10")]
+    #[prost(
+        oneof = "op::Kind",
+        tags = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15"
+    )]
     pub kind: Option<op::Kind>,
 }
 
@@ -214,6 +241,26 @@ pub mod op {
         PutMeta(super::MetaRec),
         #[prost(bytes, tag = "10")]
         DelMeta(Vec<u8>),
+        // The kinds below write nothing to RocksDB. They state what the master's memory
+        // learns from the entry where the records cannot tell it: a lease granted or
+        // released without an open-file record changing, a replica committed on a
+        // worker that already held its location, a replica forgotten because its worker
+        // lost it (nothing to delete) or dropped by the master (to delete).
+        /// A writer's lease starts.
+        #[prost(message, tag = "11")]
+        GrantLease(super::LeaseRec),
+        /// The lease on this inode ends.
+        #[prost(uint64, tag = "12")]
+        ReleaseLease(u64),
+        /// A replica was committed (its worker's reservation becomes used space).
+        #[prost(message, tag = "13")]
+        ReplicaCommitted(super::ReplicaRec),
+        /// A replica left the block map (its worker's reservation, if any, ends).
+        #[prost(message, tag = "14")]
+        ReplicaFreed(super::WorkerBlockRec),
+        /// A replica the worker must delete.
+        #[prost(message, tag = "15")]
+        DeleteReplica(super::ReplicaRec),
     }
 }
 

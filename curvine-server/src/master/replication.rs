@@ -310,7 +310,7 @@ impl Namespace {
             }
             let tier = b.locs.iter().find(|l| l.worker_id == worker).map_or(0, |l| l.tier);
             self.forget_replica(txn, worker, block)?;
-            txn.deletes.push(Delete {
+            txn.delete_replica(Delete {
                 worker,
                 block,
                 tier,

@@ -1,5 +1,13 @@
-//! The tonic `MasterService`: decode, call the namespace, wait for durability, reply.
+//! The tonic `MasterService`: decode, run the namespace work on a blocking thread, wait
+//! for durability, reply.
+//!
+//! Namespace calls read RocksDB and mutations take the namespace's mutation lock (a
+//! `std::sync::Mutex`): both may block, so every handler hands that work to
+//! [`MasterSvc::run`] and only the waits that are async by nature (the WAL sync, the
+//! under-store, long polls) stay on the runtime. Calls that touch nothing but small
+//! in-memory tables (`renew_lease`, the mount table, load jobs, `watch`) run inline.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use curvine_common::proto::master_service_server::MasterService;
@@ -7,6 +15,7 @@ use curvine_common::proto::*;
 use curvine_common::{FsError, FsResult};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
+use tracing::error;
 
 use super::namespace::Namespace;
 
@@ -14,17 +23,53 @@ pub struct MasterSvc {
     pub ns: Arc<Namespace>,
     /// The master is stopping: long polls (`watch`) end at once.
     pub stop: CancellationToken,
+    /// The address the master listens on (the scope of its fault points).
+    pub addr: SocketAddr,
 }
 
 type Reply<T> = Result<Response<T>, Status>;
 
 impl MasterSvc {
-    /// Acknowledge a mutation only once its write is durable (group commit), or at once
-    /// for a caller that defers that (`CallerInfo.defer_sync`: the sync is started
-    /// now, and `SyncJournal` waits for it).
-    async fn durable<T>(&self, c: &Option<CallerInfo>, r: FsResult<(T, u64)>) -> Result<T, Status> {
-        let (v, seq) = r?;
-        if c.as_ref().is_some_and(|c| c.defer_sync) {
+    /// Run `f` against the namespace on the blocking pool, so that RocksDB and the
+    /// mutation lock never hold a runtime thread. A panic in `f` fails this call alone
+    /// with `Internal`; the master goes on serving (the mutation lock tolerates being
+    /// poisoned, and a mutation that panicked applied nothing).
+    pub(super) async fn run<T, F>(&self, call: &'static str, f: F) -> FsResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Arc<Namespace>) -> FsResult<T> + Send + 'static,
+    {
+        let ns = self.ns.clone();
+        #[cfg(feature = "fault-injection")]
+        let node = self.addr.to_string();
+        let done = tokio::task::spawn_blocking(move || {
+            #[cfg(feature = "fault-injection")]
+            crate::fault::disk_hook("master.namespace", &node)?;
+            f(&ns)
+        })
+        .await;
+        match done {
+            Ok(r) => r,
+            Err(e) if e.is_panic() => {
+                error!(call, "master call panicked; failed it and serving on");
+                Err(FsError::internal(format!(
+                    "{call}: the master failed the call"
+                )))
+            }
+            Err(e) => Err(FsError::internal(format!("{call}: {e}"))),
+        }
+    }
+
+    /// [`run`](Self::run) a mutation and acknowledge it only once its write is durable
+    /// (group commit), or at once when the caller defers that (`defer`, see
+    /// [`defers_sync`]: the sync is started now, and `SyncJournal` waits for it).
+    async fn mutation<T, F>(&self, call: &'static str, defer: bool, f: F) -> Result<T, Status>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Arc<Namespace>) -> FsResult<(T, u64)> + Send + 'static,
+    {
+        let (v, seq) = self.run(call, f).await?;
+        if defer {
             self.ns.syncer.request(seq);
         } else {
             self.ns.syncer.wait(seq).await?;
@@ -37,6 +82,11 @@ fn caller(c: &Option<CallerInfo>) -> CallerInfo {
     c.clone().unwrap_or_default()
 }
 
+/// The caller takes its reply before the WAL sync (`CallerInfo.defer_sync`).
+fn defers_sync(c: &Option<CallerInfo>) -> bool {
+    c.as_ref().is_some_and(|c| c.defer_sync)
+}
+
 #[tonic::async_trait]
 impl MasterService for MasterSvc {
     async fn mkdir(&self, req: Request<MkdirRequest>) -> Reply<MkdirResponse> {
@@ -44,11 +94,9 @@ impl MasterService for MasterSvc {
         let r = req.into_inner();
         self.ns.check_writable(&r.path)?;
         let st = self
-            .durable(
-                &r.caller,
-                self.ns
-                    .mkdir(&r.path, r.parents, r.mode, &caller(&r.caller)),
-            )
+            .mutation("mkdir", defers_sync(&r.caller), move |ns| {
+                ns.mkdir(&r.path, r.parents, r.mode, &caller(&r.caller))
+            })
             .await?;
         Ok(Response::new(MkdirResponse { status: Some(st) }))
     }
@@ -57,7 +105,9 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.Create", &req);
         let r = req.into_inner();
         self.ns.check_writable(&r.path)?;
-        let (st, first_block) = self.durable(&r.caller, self.ns.create(&r)).await?;
+        let (st, first_block) = self
+            .mutation("create", defers_sync(&r.caller), move |ns| ns.create(&r))
+            .await?;
         Ok(Response::new(CreateResponse {
             status: Some(st),
             first_block,
@@ -68,7 +118,9 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.Append", &req);
         let r = req.into_inner();
         self.ns.check_writable(&r.path)?;
-        let (st, last) = self.durable(&r.caller, self.ns.append(&r)).await?;
+        let (st, last) = self
+            .mutation("append", defers_sync(&r.caller), move |ns| ns.append(&r))
+            .await?;
         Ok(Response::new(AppendResponse {
             status: Some(st),
             last_block: last,
@@ -78,16 +130,25 @@ impl MasterService for MasterSvc {
     async fn add_block(&self, req: Request<AddBlockRequest>) -> Reply<AddBlockResponse> {
         fault_rpc!("master.AddBlock", &req);
         let r = req.into_inner();
-        let b = self.durable(&r.caller, self.ns.add_block(&r)).await?;
+        let b = self
+            .mutation("add_block", defers_sync(&r.caller), move |ns| {
+                ns.add_block(&r)
+            })
+            .await?;
         Ok(Response::new(AddBlockResponse { block: Some(b) }))
     }
 
     async fn complete(&self, req: Request<CompleteRequest>) -> Reply<CompleteResponse> {
         fault_rpc!("master.Complete", &req);
         let r = req.into_inner();
-        let mut st = self.durable(&r.caller, self.ns.complete(&r)).await?;
+        let file_id = r.file_id;
+        let mut st = self
+            .mutation("complete", defers_sync(&r.caller), move |ns| {
+                ns.complete(&r)
+            })
+            .await?;
         // a through mount: close returns once the under-store holds the file
-        if self.ns.persist_on_close(r.file_id).await? {
+        if self.ns.persist_on_close(file_id).await? {
             st.persisted = true;
         }
         Ok(Response::new(CompleteResponse { status: Some(st) }))
@@ -96,7 +157,7 @@ impl MasterService for MasterSvc {
     async fn sync(&self, req: Request<SyncRequest>) -> Reply<SyncResponse> {
         fault_rpc!("master.Sync", &req);
         let r = req.into_inner();
-        let st = self.durable(&None, self.ns.sync(&r)).await?;
+        let st = self.mutation("sync", false, move |ns| ns.sync(&r)).await?;
         Ok(Response::new(SyncResponse { status: Some(st) }))
     }
 
@@ -104,7 +165,9 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.Mknod", &req);
         let r = req.into_inner();
         self.ns.check_writable(&r.path)?;
-        let st = self.durable(&r.caller, self.ns.mknod(&r)).await?;
+        let st = self
+            .mutation("mknod", defers_sync(&r.caller), move |ns| ns.mknod(&r))
+            .await?;
         Ok(Response::new(MknodResponse { status: Some(st) }))
     }
 
@@ -112,8 +175,10 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.Abandon", &req);
         let r = req.into_inner();
         let client = caller(&r.caller).client_id;
-        self.durable(&r.caller, self.ns.abandon(r.file_id, &r.path, Some(client)))
-            .await?;
+        self.mutation("abandon", defers_sync(&r.caller), move |ns| {
+            ns.abandon(r.file_id, &r.path, Some(client))
+        })
+        .await?;
         Ok(Response::new(AbandonResponse {}))
     }
 
@@ -129,8 +194,10 @@ impl MasterService for MasterSvc {
         let r = req.into_inner();
         self.ns.ufs_prepare(&r.path, false, false).await?;
         let st = self
-            .ns
-            .get_status(&r.path, r.follow_symlink, &caller(&r.caller))?;
+            .run("get_status", move |ns| {
+                ns.get_status(&r.path, r.follow_symlink, &caller(&r.caller))
+            })
+            .await?;
         Ok(Response::new(GetStatusResponse { status: Some(st) }))
     }
 
@@ -138,9 +205,11 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.List", &req);
         let r = req.into_inner();
         self.ns.ufs_prepare(&r.path, true, false).await?;
-        let (statuses, has_more) =
-            self.ns
-                .list(&r.path, &r.start_after, r.limit, &caller(&r.caller))?;
+        let (statuses, has_more) = self
+            .run("list", move |ns| {
+                ns.list(&r.path, &r.start_after, r.limit, &caller(&r.caller))
+            })
+            .await?;
         Ok(Response::new(ListResponse { statuses, has_more }))
     }
 
@@ -148,12 +217,16 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.Open", &req);
         let r = req.into_inner();
         self.ns.ufs_prepare(&r.path, false, false).await?;
-        let c = caller(&r.caller);
-        let (st, mut blocks) = self.ns.open(&r.path, &c)?;
-        if !r.exclude_fetchers.is_empty() {
-            self.ns
-                .avoid_fetchers(&mut blocks, &c.client_host, &r.exclude_fetchers);
-        }
+        let (st, blocks) = self
+            .run("open", move |ns| {
+                let c = caller(&r.caller);
+                let (st, mut blocks) = ns.open(&r.path, &c)?;
+                if !r.exclude_fetchers.is_empty() {
+                    ns.avoid_fetchers(&mut blocks, &c.client_host, &r.exclude_fetchers);
+                }
+                Ok((st, blocks))
+            })
+            .await?;
         Ok(Response::new(OpenResponse {
             status: Some(st),
             blocks,
@@ -168,7 +241,9 @@ impl MasterService for MasterSvc {
         let c = caller(&r.caller);
         let copy = self.ns.ufs_rename_prepare(&r.src, &r.dst, &c).await?;
         let renamed = self
-            .durable(&r.caller, self.ns.rename(&r.src, &r.dst, r.flags, &c))
+            .mutation("rename", defers_sync(&r.caller), move |ns| {
+                ns.rename(&r.src, &r.dst, r.flags, &c)
+            })
             .await;
         let time_ms = match (renamed, copy) {
             (Ok(t), Some(copy)) => {
@@ -192,7 +267,9 @@ impl MasterService for MasterSvc {
         let c = caller(&r.caller);
         let target = self.ns.ufs_delete_target(&r.path, &c).await?;
         let at = self
-            .durable(&r.caller, self.ns.delete(&r.path, r.recursive, &c))
+            .mutation("delete", defers_sync(&r.caller), move |ns| {
+                ns.delete(&r.path, r.recursive, &c)
+            })
             .await?;
         if let Some((m, key, dir)) = target {
             self.ns.ufs_delete(&m, &key, dir).await?;
@@ -207,7 +284,11 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.SetAttr", &req);
         let r = req.into_inner();
         self.ns.check_writable(&r.path)?;
-        let st = self.durable(&r.caller, self.ns.set_attr(&r)).await?;
+        let st = self
+            .mutation("set_attr", defers_sync(&r.caller), move |ns| {
+                ns.set_attr(&r)
+            })
+            .await?;
         Ok(Response::new(SetAttrResponse { status: Some(st) }))
     }
 
@@ -216,10 +297,9 @@ impl MasterService for MasterSvc {
         let r = req.into_inner();
         self.ns.check_writable(&r.path)?;
         let mut st = self
-            .durable(
-                &r.caller,
-                self.ns.truncate(&r.path, r.len, &caller(&r.caller)),
-            )
+            .mutation("truncate", defers_sync(&r.caller), move |ns| {
+                ns.truncate(&r.path, r.len, &caller(&r.caller))
+            })
             .await?;
         // a through mount: the store's object gets the new length before the reply
         if self.ns.persist_on_close(st.id).await? {
@@ -233,10 +313,9 @@ impl MasterService for MasterSvc {
         let r = req.into_inner();
         self.ns.check_writable(&r.link)?;
         let st = self
-            .durable(
-                &r.caller,
-                self.ns.symlink(&r.target, &r.link, &caller(&r.caller)),
-            )
+            .mutation("symlink", defers_sync(&r.caller), move |ns| {
+                ns.symlink(&r.target, &r.link, &caller(&r.caller))
+            })
             .await?;
         Ok(Response::new(SymlinkResponse { status: Some(st) }))
     }
@@ -244,7 +323,11 @@ impl MasterService for MasterSvc {
     async fn readlink(&self, req: Request<ReadlinkRequest>) -> Reply<ReadlinkResponse> {
         fault_rpc!("master.Readlink", &req);
         let r = req.into_inner();
-        let target = self.ns.readlink(&r.path, &caller(&r.caller))?;
+        let target = self
+            .run("readlink", move |ns| {
+                ns.readlink(&r.path, &caller(&r.caller))
+            })
+            .await?;
         Ok(Response::new(ReadlinkResponse { target }))
     }
 
@@ -253,7 +336,9 @@ impl MasterService for MasterSvc {
         let r = req.into_inner();
         self.ns.check_writable(&r.dst)?;
         let st = self
-            .durable(&r.caller, self.ns.link(&r.src, &r.dst, &caller(&r.caller)))
+            .mutation("link", defers_sync(&r.caller), move |ns| {
+                ns.link(&r.src, &r.dst, &caller(&r.caller))
+            })
             .await?;
         Ok(Response::new(LinkResponse { status: Some(st) }))
     }
@@ -262,11 +347,9 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.SetXattr", &req);
         let r = req.into_inner();
         self.ns.check_writable(&r.path)?;
-        self.durable(
-            &r.caller,
-            self.ns
-                .set_xattr(&r.path, &r.name, &r.value, r.flags, &caller(&r.caller)),
-        )
+        self.mutation("set_xattr", defers_sync(&r.caller), move |ns| {
+            ns.set_xattr(&r.path, &r.name, &r.value, r.flags, &caller(&r.caller))
+        })
         .await?;
         Ok(Response::new(SetXattrResponse {}))
     }
@@ -274,14 +357,22 @@ impl MasterService for MasterSvc {
     async fn get_xattr(&self, req: Request<GetXattrRequest>) -> Reply<GetXattrResponse> {
         fault_rpc!("master.GetXattr", &req);
         let r = req.into_inner();
-        let value = self.ns.get_xattr(&r.path, &r.name, &caller(&r.caller))?;
+        let value = self
+            .run("get_xattr", move |ns| {
+                ns.get_xattr(&r.path, &r.name, &caller(&r.caller))
+            })
+            .await?;
         Ok(Response::new(GetXattrResponse { value }))
     }
 
     async fn list_xattr(&self, req: Request<ListXattrRequest>) -> Reply<ListXattrResponse> {
         fault_rpc!("master.ListXattr", &req);
         let r = req.into_inner();
-        let names = self.ns.list_xattr(&r.path, &caller(&r.caller))?;
+        let names = self
+            .run("list_xattr", move |ns| {
+                ns.list_xattr(&r.path, &caller(&r.caller))
+            })
+            .await?;
         Ok(Response::new(ListXattrResponse { names }))
     }
 
@@ -289,39 +380,42 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.RemoveXattr", &req);
         let r = req.into_inner();
         self.ns.check_writable(&r.path)?;
-        self.durable(
-            &r.caller,
-            self.ns.remove_xattr(&r.path, &r.name, &caller(&r.caller)),
-        )
+        self.mutation("remove_xattr", defers_sync(&r.caller), move |ns| {
+            ns.remove_xattr(&r.path, &r.name, &caller(&r.caller))
+        })
         .await?;
         Ok(Response::new(RemoveXattrResponse {}))
     }
 
     async fn report(&self, req: Request<ReportRequest>) -> Reply<ReportResponse> {
         fault_rpc!("master.Report", &req);
-        Ok(Response::new(self.ns.report()))
+        let r = self.run("report", |ns| Ok(ns.report())).await?;
+        Ok(Response::new(r))
     }
 
     async fn register_worker(&self, req: Request<RegisterRequest>) -> Reply<RegisterResponse> {
         fault_rpc!("master.RegisterWorker", &req);
+        let r = req.into_inner();
         let r = self
-            .durable(&None, self.ns.register_worker(req.into_inner()))
+            .mutation("register_worker", false, move |ns| ns.register_worker(r))
             .await?;
         Ok(Response::new(r))
     }
 
     async fn report_blocks(&self, req: Request<BlockReportPage>) -> Reply<BlockReportPageResponse> {
         fault_rpc!("master.ReportBlocks", &req);
+        let r = req.into_inner();
         let r = self
-            .durable(&None, self.ns.report_blocks(req.into_inner()))
+            .mutation("report_blocks", false, move |ns| ns.report_blocks(r))
             .await?;
         Ok(Response::new(r))
     }
 
     async fn heartbeat(&self, req: Request<HeartbeatRequest>) -> Reply<HeartbeatResponse> {
         fault_rpc!("master.Heartbeat", &req);
+        let r = req.into_inner();
         let r = self
-            .durable(&None, self.ns.heartbeat(req.into_inner()))
+            .mutation("heartbeat", false, move |ns| ns.heartbeat(r))
             .await?;
         Ok(Response::new(r))
     }
@@ -333,10 +427,9 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.ReportBadBlock", &req);
         let r = req.into_inner();
         let removed = self
-            .durable(
-                &None,
-                self.ns.report_bad_block(r.block_id, r.worker_id, &r.reason),
-            )
+            .mutation("report_bad_block", false, move |ns| {
+                ns.report_bad_block(r.block_id, r.worker_id, &r.reason)
+            })
             .await?;
         Ok(Response::new(ReportBadBlockResponse { removed }))
     }
@@ -405,13 +498,11 @@ impl MasterService for MasterSvc {
     async fn free(&self, req: Request<FreeRequest>) -> Reply<FreeResponse> {
         fault_rpc!("master.Free", &req);
         let r = req.into_inner();
-        let ns = self.ns.clone();
-        let c = caller(&r.caller);
-        let who = r.caller.clone();
-        let done = tokio::task::spawn_blocking(move || ns.free(&r.path, &c))
-            .await
-            .map_err(|e| FsError::internal(format!("free: {e}")))?;
-        let (files, blocks, bytes) = self.durable(&who, done).await?;
+        let (files, blocks, bytes) = self
+            .mutation("free", defers_sync(&r.caller), move |ns| {
+                ns.free(&r.path, &caller(&r.caller))
+            })
+            .await?;
         Ok(Response::new(FreeResponse {
             files,
             blocks,

@@ -1,7 +1,8 @@
 //! RocksDB store: column families `inodes`, `edges`, `blocks`, `worker_blocks`, `meta`.
 //! Reads go to RocksDB (thread safe), through an in-memory cache of inodes in front
-//! (`inode_cache`); writes only through `apply`, which turns one journal entry into one
-//! atomic `WriteBatch` and then brings the cache up to date.
+//! (`inode_cache`); writes only through `write`, which writes the `WriteBatch` that
+//! `apply::step` made of one journal entry atomically and then brings the cache up to
+//! date.
 
 use std::ops::RangeInclusive;
 use std::path::Path;
@@ -13,7 +14,7 @@ use rocksdb::{
 };
 
 use super::inode_cache::{Cached, InodeCache};
-use super::records::{op::Kind, BlockRec, Counters, InodeRec, JournalEntry};
+use super::records::{BlockRec, Counters, InodeRec, JournalEntry};
 
 pub const CF_INODES: &str = "inodes";
 pub const CF_EDGES: &str = "edges";
@@ -141,7 +142,7 @@ impl Store {
         })
     }
 
-    fn cf(&self, name: &str) -> FsResult<&rocksdb::ColumnFamily> {
+    pub(super) fn cf(&self, name: &str) -> FsResult<&rocksdb::ColumnFamily> {
         self.db.cf_handle(name).ok_or_else(|| {
             FsError::internal(format!("metadata store: missing column family {name}"))
         })
@@ -368,40 +369,22 @@ impl Store {
         }
     }
 
-    /// Apply one journal entry as one atomic write (WAL on, not synced; see `Syncer`).
+    /// Apply one journal entry as one atomic write (WAL on, not synced; see `Syncer`),
+    /// leaving aside its effects: for entries that have none (formatting, upgrades).
     pub fn apply(&self, entry: &JournalEntry) -> FsResult<()> {
-        let mut b = WriteBatch::default();
-        let (inodes, edges, blocks, wb, meta) = (
-            self.cf(CF_INODES)?,
-            self.cf(CF_EDGES)?,
-            self.cf(CF_BLOCKS)?,
-            self.cf(CF_WORKER_BLOCKS)?,
-            self.cf(CF_META)?,
-        );
-        for op in &entry.ops {
-            match &op.kind {
-                Some(Kind::PutInode(i)) => b.put_cf(inodes, i.id.to_be_bytes(), i.encode_to_vec()),
-                Some(Kind::DelInode(id)) => b.delete_cf(inodes, id.to_be_bytes()),
-                Some(Kind::PutEdge(e)) => {
-                    b.put_cf(edges, edge_key(e.parent, &e.name), e.child.to_be_bytes())
-                }
-                Some(Kind::DelEdge(e)) => b.delete_cf(edges, edge_key(e.parent, &e.name)),
-                Some(Kind::PutBlock(r)) => b.put_cf(blocks, r.id.to_be_bytes(), r.encode_to_vec()),
-                Some(Kind::DelBlock(id)) => b.delete_cf(blocks, id.to_be_bytes()),
-                Some(Kind::PutWorkerBlock(r)) => {
-                    b.put_cf(wb, worker_block_key(r.worker_id, r.block_id), [])
-                }
-                Some(Kind::DelWorkerBlock(r)) => {
-                    b.delete_cf(wb, worker_block_key(r.worker_id, r.block_id))
-                }
-                Some(Kind::PutMeta(m)) => b.put_cf(meta, &m.key, &m.value),
-                Some(Kind::DelMeta(k)) => b.delete_cf(meta, k),
-                None => {}
-            }
-        }
+        let applied = super::apply::step(self, entry)?;
+        self.write(applied.batch, entry)
+    }
+
+    /// Write `batch`, made from `entry` by `apply::step`, as one atomic write (WAL on,
+    /// not synced; see `Syncer`), then bring the cache up to date with `entry`.
+    pub(super) fn write(&self, batch: WriteBatch, entry: &JournalEntry) -> FsResult<()> {
         let mut wo = WriteOptions::default();
         wo.set_sync(false);
-        let res = self.db.write_opt(b, &wo).map_err(|e| db_err("write", e));
+        let res = self
+            .db
+            .write_opt(batch, &wo)
+            .map_err(|e| db_err("write", e));
         // Even a failed write bumps the generation: reads racing it are not kept.
         let none = JournalEntry::default();
         self.cache.applied(if res.is_ok() { entry } else { &none });
@@ -458,6 +441,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::master::records::op::Kind;
     use rocksdb::perf::{set_perf_stats, PerfContext, PerfMetric, PerfStatsLevel};
 
     /// A cached file and its name are read without RocksDB; a scan's reads keep nothing.

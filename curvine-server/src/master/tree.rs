@@ -4,7 +4,9 @@ use curvine_common::proto::{CallerInfo, FileStatus, FileType, MknodRequest};
 use curvine_common::{FsError, FsResult};
 use tracing::debug;
 
-use super::namespace::{check, check_sticky, is_dir, is_symlink, status, Namespace, Txn, Walk};
+use super::namespace::{
+    check, check_sticky, is_dir, is_root, is_symlink, status, Namespace, Txn, Walk,
+};
 use super::records::InodeRec;
 
 /// `rename` flag: fail with AlreadyExists when the destination exists.
@@ -263,9 +265,11 @@ impl Namespace {
         })
     }
 
-    /// Delete `path`; returns the time stamped on its parent directory.
+    /// Delete `path`; returns the time stamped on its parent directory. A directory
+    /// with `master.delete_batch` inodes or more below it is detached in this entry and
+    /// removed in the background (`purge`).
     pub fn delete(&self, path: &str, recursive: bool, c: &CallerInfo) -> FsResult<(i64, u64)> {
-        self.mutate(c.client_id, |txn| {
+        let ((at, detached), seq) = self.mutate(c.client_id, |txn| {
             let w = self.walk(&*txn, path, c, false)?;
             let Some(parent) = w.parent.clone() else {
                 return Err(FsError::invalid("refusing to delete /"));
@@ -279,13 +283,65 @@ impl Namespace {
                         path: w.path.clone(),
                     });
                 }
+                // one entry removes at most `limit` inodes: the contents and `ino`
+                let limit = u64::from(self.conf.delete_batch.max(1));
+                let mut below = 0;
+                self.scan_for_delete(txn, &ino, &w.path, c, limit, &mut below)?;
+                if below >= limit {
+                    self.detach(txn, parent.id, &w.name, ino.id)?;
+                    debug!(path = %w.path, "delete: detached, removed in the background");
+                    return Ok((txn.now, true));
+                }
                 self.delete_contents(txn, &ino, &w.path, c)?;
             }
             txn.unlink_entry_as(parent.id, &w.name, is_dir(&ino))?;
             txn.release_inode(ino)?;
             debug!(path = %w.path, recursive, "delete");
-            Ok(txn.now)
-        })
+            Ok((txn.now, false))
+        })?;
+        if detached {
+            self.purge.wake();
+        }
+        Ok((at, seq))
+    }
+
+    /// Check what removing everything below directory `dir` asks of `c`, as
+    /// `delete_contents` does and in its order, and count in `seen` the inodes found.
+    /// Root passes every check, so for root the count stops at `limit`.
+    fn scan_for_delete(
+        &self,
+        txn: &Txn<'_>,
+        dir: &InodeRec,
+        path: &str,
+        c: &CallerInfo,
+        limit: u64,
+        seen: &mut u64,
+    ) -> FsResult<()> {
+        let root = is_root(c);
+        check(c, dir, 3, || path.to_string())?;
+        let mut after = String::new();
+        loop {
+            let (entries, more) = txn.store.list(dir.id, &after, 1024)?;
+            for (name, id) in &entries {
+                if root && *seen >= limit {
+                    return Ok(());
+                }
+                let Some(child) = txn.inode_for_scan(*id)? else {
+                    continue;
+                };
+                *seen += 1;
+                let child_path = curvine_common::path::child(path, name);
+                check_sticky(c, dir, &child, &child_path)?;
+                if is_dir(&child) && child.children > 0 {
+                    self.scan_for_delete(txn, &child, &child_path, c, limit, seen)?;
+                }
+            }
+            match entries.last() {
+                Some((name, _)) if more => after = name.clone(),
+                _ => break,
+            }
+        }
+        Ok(())
     }
 
     /// Remove everything below directory `dir` (depth first).

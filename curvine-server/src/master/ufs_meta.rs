@@ -523,13 +523,13 @@ impl Namespace {
             }
             for l in std::mem::take(&mut b.locs) {
                 txn.del_worker_block(l.worker_id, b.id);
-                txn.deletes.push(Delete {
+                txn.delete_replica(Delete {
                     worker: l.worker_id,
                     block: b.id,
                     tier: l.tier,
                     len: b.len,
                 });
-                txn.freed.push((l.worker_id, b.id));
+                txn.replica_freed(l.worker_id, b.id);
             }
             n.1 += 1;
             n.2 += b.len;
