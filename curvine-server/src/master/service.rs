@@ -24,6 +24,7 @@ pub struct MasterSvc {
     /// The master is stopping: long polls (`watch`) end at once.
     pub stop: CancellationToken,
     /// The address the master listens on (the scope of its fault points).
+    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
     pub addr: SocketAddr,
 }
 
