@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,9 +56,11 @@ pub fn s3s_fs_binary() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// One s3s-fs process; killed when dropped.
+/// One s3s-fs process, under a shell that kills it once its standard input closes:
+/// when this is dropped or killed, and when the test process ends without dropping it
+/// (a server kept in a static), since the kernel closes the pipe then.
 pub struct S3Server {
-    child: Option<Child>,
+    child: Option<(Child, ChildStdin)>,
     pub addr: SocketAddr,
     root: tempfile::TempDir,
 }
@@ -119,8 +121,8 @@ impl S3Server {
 
     /// Kill the server (its data stays in the root dir).
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
+        if let Some((mut c, stdin)) = self.child.take() {
+            drop(stdin); // the shell kills s3s-fs with SIGKILL and waits for it
             let _ = c.wait();
         }
     }
@@ -131,7 +133,10 @@ impl S3Server {
         let bin = s3s_fs_binary().ok_or_else(|| {
             FsError::config("s3s-fs not found: run bin/setup.sh (cargo install s3s-fs)")
         })?;
-        let child = Command::new(bin)
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(r#""$0" "$@" </dev/null & s3=$!; read -r _ || true; kill -9 "$s3"; wait "$s3""#)
+            .arg(bin)
             .arg("--host")
             .arg("127.0.0.1")
             .arg("--port")
@@ -141,12 +146,16 @@ impl S3Server {
             .arg("--secret-key")
             .arg(SECRET_KEY)
             .arg(self.root.path())
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| FsError::io_ctx("start s3s-fs", e))?;
-        self.child = Some(child);
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| FsError::internal("s3s-fs shell without a stdin pipe"))?;
+        self.child = Some((child, stdin));
         wait_listening(self.addr, Duration::from_secs(20)).await
     }
 }
