@@ -10,6 +10,22 @@ use crate::proto::{
 };
 use crate::tasks::state_name;
 
+/// `bytes` in binary units with one decimal (`1.5 GiB`), whole bytes below 1 KiB.
+pub fn human(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
 pub fn tier_name(t: i32) -> &'static str {
     StorageTier::try_from(t)
         .unwrap_or(StorageTier::Unspecified)

@@ -15,7 +15,7 @@ use axum::routing::get;
 use axum::Router;
 use curvine_common::proto::{CallerInfo, FileStatus, FileType, LocatedBlock, ReportResponse};
 use curvine_common::report::{
-    block_json, report_json, status_json, tier_name, tiers_total, type_name,
+    block_json, human, report_json, status_json, tier_name, tiers_total, type_name,
 };
 use curvine_common::web::{self, Probes, WebAuth};
 use curvine_common::{ClusterConf, FsError, FsResult};
@@ -281,21 +281,6 @@ fn url_value(s: &str) -> String {
         }
     }
     o
-}
-
-fn human(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
 }
 
 /// A number cell: the exact value in `data-value`, shown as is.

@@ -2,20 +2,7 @@
 
 use curvine_client::{FileStatus, FileType, StorageTier};
 
-pub fn human(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
+pub use curvine_common::report::human;
 
 pub fn percent(used: u64, cap: u64) -> String {
     if cap == 0 {
