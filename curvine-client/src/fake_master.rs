@@ -273,4 +273,7 @@ impl MasterService for FakeMaster {
     async fn persist(&self, _r: Request<PersistRequest>) -> R<PersistResponse> {
         unimplemented()
     }
+    async fn decommission(&self, _r: Request<DecommissionRequest>) -> R<DecommissionResponse> {
+        unimplemented()
+    }
 }

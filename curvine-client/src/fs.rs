@@ -727,6 +727,23 @@ impl CurvineFs {
             .map(drop)
     }
 
+    /// Begin draining worker `worker` (its id, or its data address `host:port`), or end
+    /// the drain with `cancel`. Returns the worker's id. Superuser only.
+    pub async fn decommission(&self, worker: &str, cancel: bool) -> FsResult<u32> {
+        let (worker_id, address) = match worker.parse::<u32>() {
+            Ok(id) if id > 0 => (id, String::new()),
+            _ => (0, worker.to_string()),
+        };
+        let req = proto::DecommissionRequest {
+            worker_id,
+            address,
+            cancel,
+            caller: self.caller(),
+        };
+        let r: proto::DecommissionResponse = rpc!(self, "decommission", Mutation, req).await?;
+        Ok(r.worker_id)
+    }
+
     pub async fn report(&self) -> FsResult<proto::ReportResponse> {
         self.inner
             .master

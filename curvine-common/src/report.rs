@@ -112,6 +112,16 @@ pub fn task_json(t: &TaskReport) -> Value {
     })
 }
 
+/// Where a worker's decommission stands: `none`, `draining` (blocks left, or not yet
+/// counted since it began) or `drained` (no block left on it).
+pub fn drain_state(w: &WorkerReport) -> &'static str {
+    match (w.decommissioning, w.drain_scanned && w.draining_blocks == 0) {
+        (false, _) => "none",
+        (true, false) => "draining",
+        (true, true) => "drained",
+    }
+}
+
 fn worker_json(w: &WorkerReport) -> Value {
     let a = w.address.clone().unwrap_or_default();
     json!({
@@ -121,6 +131,8 @@ fn worker_json(w: &WorkerReport) -> Value {
         "last_heartbeat_ms": w.last_heartbeat_ms,
         "scrubbed_bytes": w.scrubbed_bytes,
         "copies_in_flight": w.copies_in_flight,
+        "decommission": drain_state(w),
+        "draining_blocks": w.draining_blocks,
         "blocks": w.tiers.iter().map(|t| t.blocks).sum::<u64>(),
         "tiers": w.tiers.iter().map(tier_json).collect::<Vec<_>>(),
         "tasks": w.tasks.iter().map(task_json).collect::<Vec<_>>(),

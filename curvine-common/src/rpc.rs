@@ -84,6 +84,7 @@ macro_rules! master_methods {
             41 GetLoad GetLoadRequest GetLoadResponse get_load;
             42 CancelLoad CancelLoadRequest CancelLoadResponse cancel_load;
             36 Persist PersistRequest PersistResponse persist;
+            60 Decommission DecommissionRequest DecommissionResponse decommission;
         }
     };
 }

@@ -712,3 +712,112 @@ fn auth_token_file_is_read() {
     c.cluster.auth_token_file = p.display().to_string();
     assert!(c.resolve_auth_token().is_err());
 }
+
+/// The report's entry for worker `id`.
+async fn worker_report(cluster: &MiniCluster, id: u32) -> curvine_common::proto::WorkerReport {
+    let r = cluster.report().await.unwrap();
+    r.workers
+        .into_iter()
+        .find(|w| w.address.as_ref().is_some_and(|a| a.worker_id == id))
+        .expect("worker in the report")
+}
+
+#[test]
+fn decommission_moves_every_block_and_leaves_the_worker_empty() {
+    runtime().block_on(async {
+        let mut cluster = steady3().start().await.unwrap();
+        let fs = CurvineFs::connect(cluster.client_conf()).await.unwrap();
+        let mut files = Vec::new();
+        for (i, replicas) in [1, 1, 1, 1, 2, 2].into_iter().enumerate() {
+            let (path, body) = (format!("/d/f{i}"), data(2_500_000 + i, 40 + i as u64));
+            let mut w = fs
+                .create_with(&path, opts(replicas, 1 << 20))
+                .await
+                .unwrap();
+            w.write(&body).await.unwrap();
+            w.close().await.unwrap();
+            files.push((path, body, replicas as usize));
+        }
+        let (ids, held): (Vec<u32>, Vec<usize>) = {
+            let mut ids = Vec::new();
+            for i in 0..3 {
+                ids.push(worker_id(&cluster, i).await);
+            }
+            (
+                ids,
+                (0..3).map(|i| block_files(&cluster, i).len()).collect(),
+            )
+        };
+        // the worker holding the most blocks is drained
+        let idx = (0..3).max_by_key(|i| held[*i]).unwrap();
+        let id = ids[idx];
+        assert!(held[idx] > 0, "no blocks on any worker: {held:?}");
+
+        // bad input changes nothing
+        let nobody = fs.with_identity(65534, 65534);
+        let e = nobody
+            .decommission(&id.to_string(), false)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, FsError::PermissionDenied { .. }), "{e}");
+        for bad in ["999", "127.0.0.1:1", "nonsense"] {
+            let e = fs.decommission(bad, false).await.unwrap_err();
+            assert!(e.to_string().contains("no worker"), "{bad}: {e}");
+        }
+        assert!(!worker_report(&cluster, id).await.decommissioning);
+
+        let a = cluster.worker_addr(idx);
+        assert_eq!(
+            fs.decommission(&format!("127.0.0.1:{}", a.port()), false)
+                .await
+                .unwrap(),
+            id
+        );
+        wait_until(Duration::from_secs(60), || async {
+            let w = worker_report(&cluster, id).await;
+            curvine_common::report::drain_state(&w) == "drained"
+                && block_files(&cluster, idx).is_empty()
+        })
+        .await
+        .unwrap_or_else(|_| panic!("not drained: {:?}", block_files(&cluster, idx).len()));
+        for (path, body, replicas) in &files {
+            assert_eq!(&fs.read_file(path).await.unwrap(), body, "{path}");
+            for b in blocks_of(&fs, path).await {
+                let on: Vec<u32> = b.locations.iter().map(|l| l.worker_id).collect();
+                assert!(!on.contains(&id) && on.len() == *replicas, "{path}: {on:?}");
+            }
+        }
+        // a drained worker takes no new blocks, and stays drained across a restart
+        let body = data(3_000_000, 99);
+        let mut w = fs.create_with("/d/new", opts(2, 1 << 20)).await.unwrap();
+        w.write(&body).await.unwrap();
+        w.close().await.unwrap();
+        for b in blocks_of(&fs, "/d/new").await {
+            assert!(b.locations.iter().all(|l| l.worker_id != id));
+        }
+        cluster.restart_master().await.unwrap();
+        cluster.wait_workers_live(3).await.unwrap();
+        let fs = CurvineFs::connect(cluster.client_conf()).await.unwrap();
+        assert!(worker_report(&cluster, id).await.decommissioning);
+
+        // draining every worker that takes blocks is refused
+        let others: Vec<u32> = ids.iter().copied().filter(|w| *w != id).collect();
+        fs.decommission(&others[0].to_string(), false)
+            .await
+            .unwrap();
+        let e = fs
+            .decommission(&others[1].to_string(), false)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("nowhere to go"), "{e}");
+        for w in [others[0], id] {
+            fs.decommission(&w.to_string(), true).await.unwrap();
+            assert_eq!(
+                curvine_common::report::drain_state(&worker_report(&cluster, w).await),
+                "none"
+            );
+        }
+        assert_eq!(fs.read_file("/d/new").await.unwrap(), body);
+        cluster.shutdown().await.unwrap();
+    });
+}

@@ -9,6 +9,7 @@ use std::process::{Command, Output, Stdio};
 
 use curvine_server::testing::MiniCluster;
 
+mod admin;
 mod copy;
 mod info;
 

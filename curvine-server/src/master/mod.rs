@@ -14,6 +14,7 @@ mod apply;
 mod attrs;
 pub mod auth;
 mod changes;
+mod decommission;
 mod files;
 mod framed;
 mod inode_cache;

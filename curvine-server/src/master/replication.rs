@@ -173,6 +173,10 @@ impl Namespace {
             s.events
         };
         let live = self.workers.live_addresses();
+        // Replicas on draining workers count as sources, not as replicas the file keeps.
+        let draining = self.workers.draining();
+        let mut drain_left: HashMap<u32, u64> = HashMap::new();
+        let mut drop: Vec<(u32, u64)> = Vec::new();
         // Block keys are big-endian ids that begin with the inode: a file's blocks come
         // one after another, so its replica count is read once and the memo stays one
         // entry however many files there are.
@@ -204,7 +208,18 @@ impl Namespace {
                 .map(|l| l.worker_id)
                 .filter(|w| live.contains_key(w))
                 .collect();
-            if live_locs.len() >= want as usize {
+            let on_draining: Vec<u32> = b
+                .locs
+                .iter()
+                .map(|l| l.worker_id)
+                .filter(|w| draining.contains(w))
+                .collect();
+            for w in &on_draining {
+                *drain_left.entry(*w).or_default() += 1;
+            }
+            let kept = live_locs.iter().filter(|w| !draining.contains(w)).count();
+            if kept >= want as usize {
+                drop.extend(on_draining.iter().map(|w| (*w, b.id)));
                 return Ok(());
             }
             if live_locs.is_empty() {
@@ -272,6 +287,10 @@ impl Namespace {
         }
         for (w, c) in commands {
             self.workers.queue_copy(w, c);
+        }
+        self.workers.note_drain(&draining, &drain_left);
+        if !drop.is_empty() {
+            self.drop_drained(drop)?;
         }
         if scheduled > 0 || missing > 0 {
             info!(

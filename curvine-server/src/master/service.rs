@@ -551,4 +551,15 @@ impl MasterService for MasterSvc {
         let (files, bytes) = self.ns.persist_path(&r.path, &caller(&r.caller)).await?;
         Ok(Response::new(PersistResponse { files, bytes }))
     }
+
+    async fn decommission(&self, req: Request<DecommissionRequest>) -> Reply<DecommissionResponse> {
+        fault_rpc!("master.Decommission", &req);
+        let r = req.into_inner();
+        let worker_id = self
+            .mutation("decommission", false, move |ns| {
+                ns.decommission(&r, &caller(&r.caller))
+            })
+            .await?;
+        Ok(Response::new(DecommissionResponse { worker_id }))
+    }
 }

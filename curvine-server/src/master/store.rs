@@ -65,6 +65,15 @@ pub fn open_key(inode: u64) -> Vec<u8> {
     k
 }
 
+/// `wd/` ‖ worker id (BE u32) -> empty: workers being drained (`cv admin decommission`).
+pub const META_DRAIN_PREFIX: &[u8] = b"wd/";
+
+pub fn drain_key(worker: u32) -> Vec<u8> {
+    let mut k = META_DRAIN_PREFIX.to_vec();
+    k.extend_from_slice(&worker.to_be_bytes());
+    k
+}
+
 pub fn worker_key(worker: u32) -> Vec<u8> {
     let mut k = META_WORKER_PREFIX.to_vec();
     k.extend_from_slice(&worker.to_be_bytes());

@@ -51,6 +51,12 @@ pub(super) struct WorkerState {
     /// The key of its current registration (`RegisterResponse.session`); empty until it
     /// registers with this master instance.
     pub session: String,
+    /// Being drained (`cv admin decommission`): no new blocks, replicas moved off.
+    pub draining: bool,
+    /// Blocks still recorded on it, and whether a re-replication scan has counted them
+    /// since the drain began.
+    pub draining_blocks: u64,
+    pub drain_scanned: bool,
 }
 
 pub(super) struct Workers {
@@ -73,10 +79,10 @@ impl Workers {
         }
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<u32, WorkerState>> {
+    pub(super) fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<u32, WorkerState>> {
         self.map.read().unwrap_or_else(|p| p.into_inner())
     }
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<u32, WorkerState>> {
+    pub(super) fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<u32, WorkerState>> {
         self.map.write().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -91,10 +97,18 @@ impl Workers {
             let address = WorkerAddress::decode(&*v).unwrap_or_default();
             m.insert(id, new_state(id, address));
         }
+        for (k, _) in store.meta_scan(store::META_DRAIN_PREFIX)? {
+            let Ok(k) = <[u8; 4]>::try_from(&k[..]) else {
+                continue;
+            };
+            if let Some(w) = m.get_mut(&u32::from_be_bytes(k)) {
+                w.draining = true;
+            }
+        }
         Ok(())
     }
 
-    fn alive(&self, w: &WorkerState) -> bool {
+    pub(super) fn alive(&self, w: &WorkerState) -> bool {
         w.last_seen.is_some_and(|t| t.elapsed() < self.lost_timeout)
     }
 
@@ -196,7 +210,7 @@ impl Workers {
         let m = self.read();
         let mut live: Vec<&WorkerState> = m
             .values()
-            .filter(|w| self.alive(w) && !exclude.contains(&w.id))
+            .filter(|w| self.alive(w) && !w.draining && !exclude.contains(&w.id))
             .collect();
         live.sort_by_key(|w| w.id);
         let local: Vec<&WorkerState> = live
@@ -232,7 +246,7 @@ impl Workers {
         let live: Vec<u32> = m
             .values()
             .filter(|w| w.last_seen.is_some_and(|t| t.elapsed() < self.lost_timeout))
-            .filter(|w| !excluded.contains(&w.id))
+            .filter(|w| !w.draining && !excluded.contains(&w.id))
             .map(|w| w.id)
             .collect();
         if live.is_empty() {
@@ -308,6 +322,9 @@ impl Workers {
                 scrubbed_bytes: w.scrubbed_bytes,
                 copies_in_flight: 0,
                 tasks: w.tasks.clone(),
+                decommissioning: w.draining,
+                draining_blocks: w.draining_blocks,
+                drain_scanned: w.drain_scanned,
             })
             .collect();
         v.sort_by_key(|r| r.address.as_ref().map(|a| a.worker_id));
@@ -334,6 +351,9 @@ fn new_state(id: u32, mut address: WorkerAddress) -> WorkerState {
         tasks: Vec::new(),
         was_alive: false,
         session: String::new(),
+        draining: false,
+        draining_blocks: 0,
+        drain_scanned: false,
     }
 }
 

@@ -348,11 +348,18 @@ pub async fn report(fs: &CurvineFs) -> anyhow::Result<()> {
         let a = w.address.clone().unwrap_or_default();
         writeln!(
             out,
-            "  worker {} {}:{} {}",
+            "  worker {} {}:{} {}{}",
             a.worker_id,
             a.host,
             a.data_port,
-            if w.alive { "alive" } else { "LOST" }
+            if w.alive { "alive" } else { "LOST" },
+            match curvine_common::report::drain_state(w) {
+                "none" => String::new(),
+                "drained" => "  decommissioned (drained)".into(),
+                _ if w.drain_scanned =>
+                    format!("  decommissioning: {} blocks left", w.draining_blocks),
+                _ => "  decommissioning".into(),
+            }
         )?;
         if w.scrubbed_bytes > 0 || w.copies_in_flight > 0 {
             writeln!(

@@ -10,6 +10,7 @@ use curvine_client::stdout::{self, Stdout};
 use curvine_client::{ClusterConf, CurvineFs};
 use curvine_common::conf::CONF_ENV;
 
+mod admin;
 mod cluster;
 mod copy;
 mod format;
@@ -72,6 +73,9 @@ enum Cmd {
         #[arg(required_unless_present_any = ["status", "cancel"])]
         path: Option<String>,
     },
+    /// Cluster administration (superuser).
+    #[command(subcommand)]
+    Admin(admin::AdminCmd),
     /// Print the version of cv.
     Version,
     /// Print a shell completion script: `source <(cv completions bash)`.
@@ -241,6 +245,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             writeln!(out, "persisted {} files ({})", r.files, human(r.bytes))?;
             Ok(out.flush()?)
         }
+        Cmd::Admin(cmd) => admin::run(&fs, cmd, mode).await,
         Cmd::Version | Cmd::Completions { .. } => Ok(()),
     }
 }
@@ -290,6 +295,11 @@ mod tests {
             );
         }
         assert!(Cli::try_parse_from(["cv", "completions", "tcsh"]).is_err());
+        let cli = Cli::try_parse_from(["cv", "admin", "decommission", "--cancel", "3"]).unwrap();
+        assert!(matches!(
+            cli.cmd,
+            Cmd::Admin(admin::AdminCmd::Decommission { cancel: true, .. })
+        ));
         Cli::command().debug_assert();
     }
 

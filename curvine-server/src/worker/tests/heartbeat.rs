@@ -89,6 +89,7 @@ impl MasterService for FakeMaster {
         get_load(GetLoadRequest) -> GetLoadResponse;
         cancel_load(CancelLoadRequest) -> CancelLoadResponse;
         persist(PersistRequest) -> PersistResponse;
+        decommission(DecommissionRequest) -> DecommissionResponse;
     }
 
     async fn register_worker(
