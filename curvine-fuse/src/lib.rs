@@ -6,6 +6,7 @@ mod attr;
 mod bufpool;
 mod coherence;
 mod dirattrs;
+mod dirs;
 mod dirty;
 mod file;
 mod fs;

@@ -153,7 +153,7 @@ async fn run_copy(ctx: &CopyCtx, cmd: &CopyCommand) -> FsResult<()> {
         .acquire_owned()
         .await
         .map_err(|_| FsError::internal("copy semaphore closed"))?;
-    if ctx.store.block_info(cmd.block_id)?.is_some() {
+    if ctx.store.block_info(BlockId(cmd.block_id))?.is_some() {
         return Ok(()); // already here (e.g. a repeated command)
     }
     match tokio::time::timeout(ctx.timeout, copy_block(ctx, cmd)).await {
@@ -178,7 +178,7 @@ pub async fn copy_block(ctx: &CopyCtx, cmd: &CopyCommand) -> FsResult<()> {
     let tier = StorageTier::try_from(cmd.tier).unwrap_or(StorageTier::Unspecified);
     let store = ctx.store.clone();
     let len = cmd.len;
-    let handle = tokio::task::spawn_blocking(move || store.begin_write(id, tier, len))
+    let handle = tokio::task::spawn_blocking(move || store.begin_write(BlockId(id), tier, len))
         .await
         .map_err(join_err)??;
     let file = handle.clone_file()?;
