@@ -68,6 +68,7 @@ impl Filesystem for CurvineFuse {
 
     async fn destroy(&self, _req: Request) {
         self.coherence.stop();
+        crate::tasks().shutdown(crate::TASK_STOP_DEADLINE).await;
         self.flush_all().await;
         if let Err(err) = self.fs.sync_journal().await {
             warn!(error = %err, "unmount: the master's journal sync failed");

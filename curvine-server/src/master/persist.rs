@@ -23,11 +23,11 @@ use std::time::Duration;
 use bytes::BytesMut;
 use curvine_common::block_read::BlockReadStream;
 use curvine_common::proto::MountMode;
+use curvine_common::tasks::Task;
 use curvine_common::{BlockId, FsError, FsResult};
 use tokio::io::BufReader;
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, Semaphore};
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::namespace::{is_file, Namespace, Reader, Txn};
@@ -549,8 +549,9 @@ async fn copy_block_to(
 }
 
 /// Upload pending files whose due time has come, `master.persist_concurrency` at once;
-/// a failed one is due again after the persist delay.
-pub async fn persist_loop(ns: Arc<Namespace>, cancel: CancellationToken) {
+/// a failed one is due again after the persist delay. `task` shows the uploads running.
+pub async fn persist_loop(ns: Arc<Namespace>, task: Task) {
+    let cancel = task.token();
     let delay = ns.conf.persist_delay.0.max(Duration::from_millis(10));
     let tick = (delay / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
     let mut every = tokio::time::interval(tick);
@@ -565,6 +566,7 @@ pub async fn persist_loop(ns: Arc<Namespace>, cancel: CancellationToken) {
             Ok(p) => p,
             Err(e) => {
                 warn!(error = %e, "cannot read the pending uploads");
+                task.failed(&e);
                 continue;
             }
         };
@@ -598,6 +600,10 @@ pub async fn persist_loop(ns: Arc<Namespace>, cancel: CancellationToken) {
                     }
                 }
             });
+        }
+        match tasks.len() {
+            0 => task.idle(),
+            n => task.busy(format!("{n} uploads running")),
         }
     }
     tasks.close();
