@@ -15,8 +15,7 @@ use tracing::debug;
 
 use crate::pool::{is_local_host, worker_addr, DataConn, WorkerPool};
 
-/// Chunk size assumed until a worker says otherwise.
-pub(crate) const DEFAULT_CHUNK_SIZE: usize = 64 << 10;
+pub(crate) use curvine_common::block_read::DEFAULT_CHUNK_SIZE;
 
 /// What a block write needs from the client configuration.
 #[derive(Debug, Clone)]

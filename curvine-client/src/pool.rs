@@ -3,14 +3,16 @@
 //! operation (write commit OK, READ_END, short-circuit OK), never mid-stream.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::Mutex;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use curvine_common::frame::{check_error, read_frame, write_frame};
+use curvine_common::frame::{recv_frame, with_worker, write_frame};
 use curvine_common::proto::{DataHeader, WorkerAddress};
 use curvine_common::{FsError, FsResult};
-use tokio::io::BufReader;
+use tokio::io::{AsyncRead, BufReader, ReadBuf};
 use tokio::net::TcpStream;
 use tracing::debug;
 
@@ -59,14 +61,7 @@ impl DataConn {
 
     /// Receive one frame; an ERROR frame becomes its error, a closed stream an I/O error.
     pub(crate) async fn recv(&mut self, payload: &mut BytesMut) -> FsResult<DataHeader> {
-        match read_frame(&mut self.stream, payload, MAX_RECV_PAYLOAD).await {
-            Ok(Some(h)) => check_error(h).map_err(|e| with_worker(e, &self.addr)),
-            Ok(None) => Err(FsError::io(format!(
-                "worker {}: connection closed",
-                self.addr
-            ))),
-            Err(e) => Err(with_worker(e, &self.addr)),
-        }
+        recv_frame(&mut self.stream, payload, MAX_RECV_PAYLOAD, &self.addr).await
     }
 
     /// After a failed send, the worker has usually written an ERROR frame explaining why
@@ -80,20 +75,14 @@ impl DataConn {
     }
 }
 
-/// Add the worker's address to transport-level errors; typed errors from the worker
-/// (checksum, no space, ...) pass through.
-pub(crate) fn with_worker(e: FsError, addr: &str) -> FsError {
-    match e {
-        FsError::Io { message } if !message.contains(addr) => FsError::Io {
-            message: format!("worker {addr}: {message}"),
-        },
-        FsError::Protocol { message } if !message.contains(addr) => FsError::Protocol {
-            message: format!("worker {addr}: {message}"),
-        },
-        FsError::Timeout { message } if !message.contains(addr) => FsError::Timeout {
-            message: format!("worker {addr}: {message}"),
-        },
-        other => other,
+/// The stream of a block read (`curvine_common::block_read`) reads frames through this.
+impl AsyncRead for DataConn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
     }
 }
 
@@ -224,13 +213,5 @@ mod tests {
         };
         assert_eq!(worker_addr(&a), "[::1]:9");
         assert!(is_local_host("[::1]", "x"));
-    }
-
-    #[test]
-    fn transport_errors_name_the_worker() {
-        let e = with_worker(FsError::io("broken pipe"), "h:1");
-        assert!(e.to_string().contains("h:1"), "{e}");
-        let e = with_worker(FsError::no_space("full"), "h:1");
-        assert!(matches!(e, FsError::NoSpace { .. }));
     }
 }

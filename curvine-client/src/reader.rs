@@ -9,7 +9,7 @@ use std::collections::HashSet;
 
 use bytes::Bytes;
 use curvine_common::proto::{FileStatus, LocatedBlock};
-use curvine_common::{FsError, FsResult};
+use curvine_common::{BlockId, FsError, FsResult};
 use tracing::warn;
 
 use crate::block_reader::BlockSource;
@@ -315,9 +315,17 @@ impl FsReader {
             let (fs, id, len) = (self.fs.clone(), b.block_id, b.len);
             let opts = fs.read_opts();
             rt.spawn(async move {
-                let r =
-                    BlockSource::open(&fs.inner.pool, id, len, &loc, len - 1, 1, Some(&u), &opts)
-                        .await;
+                let r = BlockSource::open(
+                    &fs.inner.pool,
+                    BlockId(id),
+                    len,
+                    &loc,
+                    len - 1,
+                    1,
+                    Some(&u),
+                    &opts,
+                )
+                .await;
                 match r {
                     Ok(src) => {
                         tracing::debug!(block = id, "under-store read-ahead started");
@@ -468,7 +476,7 @@ impl FsReader {
             let opts = self.fs.read_opts();
             match BlockSource::open(
                 &self.fs.inner.pool,
-                block_id,
+                BlockId(block_id),
                 block_len,
                 &loc,
                 in_off,

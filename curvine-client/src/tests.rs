@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use curvine_common::conf::{ByteSize, Dur};
 use curvine_common::proto::FileStatus;
-use curvine_common::{ClusterConf, FsError};
+use curvine_common::{BlockId, ClusterConf, FsError};
 
 use crate::block_reader::BlockSource;
 use crate::block_writer::{BlockWriteOpts, BlockWriter};
@@ -288,7 +288,7 @@ async fn block_source_reports_a_missing_block() {
     let w = FakeWorker::start(CS).await;
     let pool = WorkerPool::new(Duration::from_secs(2));
     let opts = CurvineFs::connect_lazy(conf(false)).unwrap().read_opts();
-    let res = BlockSource::open(&pool, BLOCK, 10, &w.location(), 0, 0, None, &opts).await;
+    let res = BlockSource::open(&pool, BlockId(BLOCK), 10, &w.location(), 0, 0, None, &opts).await;
     assert!(matches!(
         res,
         Err(FsError::BlockNotFound {

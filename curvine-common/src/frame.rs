@@ -123,9 +123,49 @@ pub fn check_error(h: DataHeader) -> FsResult<DataHeader> {
     Ok(h)
 }
 
+/// Add the worker's address to transport-level errors; typed errors from the worker
+/// (checksum, no space, ...) pass through.
+pub fn with_worker(e: FsError, addr: &str) -> FsError {
+    match e {
+        FsError::Io { message } if !message.contains(addr) => FsError::Io {
+            message: format!("worker {addr}: {message}"),
+        },
+        FsError::Protocol { message } if !message.contains(addr) => FsError::Protocol {
+            message: format!("worker {addr}: {message}"),
+        },
+        FsError::Timeout { message } if !message.contains(addr) => FsError::Timeout {
+            message: format!("worker {addr}: {message}"),
+        },
+        other => other,
+    }
+}
+
+/// One frame from the worker at `addr`: an error frame becomes its error, a closed
+/// stream an I/O error, and transport errors name the worker.
+pub async fn recv_frame<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    max_frame: usize,
+    addr: &str,
+) -> FsResult<DataHeader> {
+    match read_frame(rd, buf, max_frame).await {
+        Ok(Some(h)) => check_error(h).map_err(|e| with_worker(e, addr)),
+        Ok(None) => Err(FsError::io(format!("worker {addr}: connection closed"))),
+        Err(e) => Err(with_worker(e, addr)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transport_errors_name_the_worker() {
+        let e = with_worker(FsError::io("broken pipe"), "h:1");
+        assert!(e.to_string().contains("h:1"), "{e}");
+        let e = with_worker(FsError::no_space("full"), "h:1");
+        assert!(matches!(e, FsError::NoSpace { .. }));
+    }
 
     #[tokio::test]
     async fn frame_round_trip() {

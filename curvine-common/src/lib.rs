@@ -2,6 +2,7 @@
 //! framed data plane), ids, typed errors, the cluster configuration and CRC32C chunking.
 
 pub mod aligned;
+pub mod block_read;
 pub mod busy_poll;
 pub mod checksum;
 pub mod conf;

@@ -23,6 +23,7 @@ use std::sync::{mpsc, Arc, OnceLock};
 use std::time::Duration;
 
 use curvine_client::CurvineFs;
+use curvine_common::tasks::Task;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -210,7 +211,10 @@ impl Coherence {
                 return;
             }
         }
-        tokio::spawn(self.clone().follow(fs, inodes, dir_attrs, listings));
+        let me = self.clone();
+        crate::tasks().spawn("change_log", move |task| {
+            me.follow(fs, inodes, dir_attrs, listings, task)
+        });
     }
 
     /// Stop following (the mount is going away).
@@ -225,6 +229,7 @@ impl Coherence {
         inodes: Arc<InodeTable>,
         dirs: Arc<DirAttrs>,
         listings: Arc<Listings>,
+        task: Task,
     ) {
         let mut epoch = String::new();
         let mut after = 0;
@@ -232,10 +237,12 @@ impl Coherence {
         loop {
             let r = tokio::select! {
                 _ = self.stop.cancelled() => return,
+                _ = task.cancelled() => return,
                 r = fs.watch_changes(&epoch, after, WATCH_WAIT) => r,
             };
             match r {
                 Ok(resp) => {
+                    task.busy(format!("applying {} changes", resp.changes.len()));
                     let mut msgs = Vec::new();
                     if resp.reset {
                         if !epoch.is_empty() {
@@ -274,15 +281,18 @@ impl Coherence {
                         failing = false;
                     }
                     self.following.store(true, Ordering::Release);
+                    task.idle();
                     if !resp.changes.is_empty() {
                         tokio::select! {
                             _ = self.stop.cancelled() => return,
+                            _ = task.cancelled() => return,
                             _ = tokio::time::sleep(BATCH_PAUSE) => {}
                         }
                     }
                 }
                 Err(e) => {
                     self.following.store(false, Ordering::Release);
+                    task.failed(&e);
                     listings.clear();
                     if !failing {
                         warn!(error = %e, "cannot follow the master's changes: kernel cache timeouts are at most 1s until it answers");
@@ -290,6 +300,7 @@ impl Coherence {
                     }
                     tokio::select! {
                         _ = self.stop.cancelled() => return,
+                        _ = task.cancelled() => return,
                         _ = tokio::time::sleep(RETRY_PAUSE) => {}
                     }
                 }

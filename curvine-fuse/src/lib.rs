@@ -6,6 +6,7 @@ mod attr;
 mod bufpool;
 mod coherence;
 mod dirattrs;
+mod dirs;
 mod dirty;
 mod file;
 mod fs;
@@ -21,8 +22,23 @@ pub mod web;
 pub use fs::{CurvineFuse, MountOptions};
 pub use mount::{fuse_device_fd, lazy_unmount, mount, prepare_mount_point, tune_read_ahead};
 
-use curvine_common::conf::FuseConf;
 use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use curvine_common::conf::FuseConf;
+use curvine_common::tasks::Tasks;
+use tokio_util::sync::CancellationToken;
+
+/// How long the daemon's background tasks get to stop when the mount goes away.
+const TASK_STOP_DEADLINE: Duration = Duration::from_secs(5);
+
+/// The daemon's background tasks (the change-log follower), listed at its web port's
+/// `/api/tasks` and stopped at unmount.
+pub fn tasks() -> &'static Tasks {
+    static TASKS: OnceLock<Tasks> = OnceLock::new();
+    TASKS.get_or_init(|| Tasks::new(&CancellationToken::new()))
+}
 
 impl MountOptions {
     /// Options from the `[fuse]` section; `spill_dir` holds large dirty files.

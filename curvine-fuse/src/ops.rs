@@ -1,7 +1,7 @@
 //! The FUSE request handlers: namespace calls go to the master as the calling user,
 //! data calls to `CurvineFuse`'s per-inode state.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::num::NonZeroU32;
 
 use bytes::Bytes;
@@ -12,8 +12,7 @@ use futures_util::stream::{self, Stream};
 use tracing::{debug, info, warn};
 
 use crate::attr::{empty_attr, errno, kind, ms, permits};
-use crate::fs::{CurvineFuse, HIDDEN_DIR};
-use crate::inodes::ROOT_INO;
+use crate::fs::CurvineFuse;
 
 const XATTR_LOCAL_NAMESPACES: [&str; 2] = ["security.", "system."];
 const RENAME_NOREPLACE: u32 = 1;
@@ -36,14 +35,6 @@ fn xattr_reply(value: Vec<u8>, size: u32) -> Result<ReplyXAttr> {
     } else {
         Ok(ReplyXAttr::Data(Bytes::from(value)))
     }
-}
-
-/// The kernel's readdir reply buffer (one page).
-const READDIR_BYTES: usize = 4096;
-
-/// Bytes one readdirplus entry takes in a reply (fuse_entry_out + fuse_dirent + name, 8-aligned).
-fn dirent_plus_size(name_len: usize) -> usize {
-    (128 + 24 + name_len).div_ceil(8) * 8
 }
 
 /// Whether a setattr sets both times to now: utimensat with UTIME_NOW for both (or
@@ -77,6 +68,7 @@ impl Filesystem for CurvineFuse {
 
     async fn destroy(&self, _req: Request) {
         self.coherence.stop();
+        crate::tasks().shutdown(crate::TASK_STOP_DEADLINE).await;
         self.flush_all().await;
         if let Err(err) = self.fs.sync_journal().await {
             warn!(error = %err, "unmount: the master's journal sync failed");
@@ -566,17 +558,7 @@ impl Filesystem for CurvineFuse {
     }
 
     async fn opendir(&self, req: Request, inode: Inode, _flags: u32) -> Result<ReplyOpen> {
-        let path = self.path_of(inode)?;
-        let mut list = self.caller(&req).list(&path).await.map_err(e)?;
-        if inode == ROOT_INO {
-            list.retain(|st| st.name != HIDDEN_DIR);
-        }
-        let fh = self.next_dir_fh();
-        self.dirs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(fh, std::sync::Arc::new(list));
-        Ok(ReplyOpen { fh, flags: 0 })
+        self.open_dir(&req, inode).await
     }
 
     async fn readdir<'a>(
@@ -586,32 +568,9 @@ impl Filesystem for CurvineFuse {
         fh: u64,
         offset: i64,
     ) -> Result<ReplyDirectory<impl Stream<Item = Result<DirectoryEntry>> + Send + 'a>> {
-        let list = self.dir_list(fh)?;
-        let mut out = Vec::new();
-        let dots = [(".", parent), ("..", ROOT_INO)];
-        for (i, (name, ino)) in dots.iter().enumerate() {
-            if (i as i64) >= offset {
-                out.push(Ok(DirectoryEntry {
-                    inode: *ino,
-                    kind: FileType::Directory,
-                    name: OsString::from(*name),
-                    offset: i as i64 + 1,
-                }));
-            }
-        }
-        for (i, st) in list.iter().enumerate() {
-            let idx = i as i64 + 2;
-            if idx >= offset {
-                out.push(Ok(DirectoryEntry {
-                    inode: self.inodes.ino_of(st.id),
-                    kind: kind(st),
-                    name: OsString::from(&st.name),
-                    offset: idx + 1,
-                }));
-            }
-        }
+        let entries = self.dir_entries(parent, fh, offset)?;
         Ok(ReplyDirectory {
-            entries: stream::iter(out),
+            entries: stream::iter(entries),
         })
     }
 
@@ -624,63 +583,14 @@ impl Filesystem for CurvineFuse {
         _lock_owner: u64,
     ) -> Result<ReplyDirectoryPlus<impl Stream<Item = Result<DirectoryEntryPlus>> + Send + 'a>>
     {
-        let list = self.dir_list(fh)?;
-        let dir = self.path_of(parent)?;
-        let mut out = Vec::new();
-        let dots = [(".", parent), ("..", ROOT_INO)];
-        for (i, (name, ino)) in dots.iter().enumerate() {
-            if (i as u64) >= offset {
-                out.push(Ok(DirectoryEntryPlus {
-                    inode: *ino,
-                    generation: 0,
-                    kind: FileType::Directory,
-                    name: OsString::from(*name),
-                    offset: i as i64 + 1,
-                    attr: empty_attr(*ino, FileType::Directory),
-                    entry_ttl: std::time::Duration::ZERO,
-                    attr_ttl: std::time::Duration::ZERO,
-                }));
-            }
-        }
-        // Only what fits in one page-sized reply: every entry sent counts as a lookup,
-        // and the kernel asks again for the rest.
-        let mut room = READDIR_BYTES.saturating_sub(out.len() * dirent_plus_size(2));
-        for (i, st) in list
-            .iter()
-            .enumerate()
-            .skip(offset.saturating_sub(2) as usize)
-        {
-            let need = dirent_plus_size(st.name.len());
-            if need > room {
-                break;
-            }
-            room -= need;
-            let idx = i as i64 + 2;
-            let path = curvine_common::path::child(&dir, &st.name);
-            let attr = self.attr_of(st).await;
-            // counted like a lookup (the kernel references every entry it receives)
-            self.inodes.remember(attr.ino, &path);
-            out.push(Ok(DirectoryEntryPlus {
-                inode: attr.ino,
-                generation: 0,
-                kind: attr.kind,
-                name: OsString::from(&st.name),
-                offset: idx + 1,
-                attr,
-                entry_ttl: self.entry_ttl(),
-                attr_ttl: self.attr_ttl(),
-            }));
-        }
+        let entries = self.dir_entries_plus(parent, fh, offset).await?;
         Ok(ReplyDirectoryPlus {
-            entries: stream::iter(out),
+            entries: stream::iter(entries),
         })
     }
 
     async fn releasedir(&self, _req: Request, _inode: Inode, fh: u64, _flags: u32) -> Result<()> {
-        self.dirs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&fh);
+        self.release_dir(fh);
         Ok(())
     }
 
@@ -836,16 +746,5 @@ impl Filesystem for CurvineFuse {
             self.set_len(inode, end).await?;
         }
         Ok(())
-    }
-}
-
-impl CurvineFuse {
-    fn dir_list(&self, fh: u64) -> Result<std::sync::Arc<Vec<curvine_client::FileStatus>>> {
-        self.dirs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&fh)
-            .cloned()
-            .ok_or_else(|| Errno::from(libc::EBADF))
     }
 }

@@ -148,7 +148,7 @@ pub async fn run_with_web(
         );
         let n = ns.clone();
         ns.tasks
-            .spawn("persist", move |t| persist::persist_loop(n, t.token()));
+            .spawn("persist", move |t| persist::persist_loop(n, t));
         let n = ns.clone();
         ns.tasks.spawn("ttl", move |t| ttl::ttl_loop(n, t.token()));
         let (n, scope) = (ns.clone(), addr.to_string());

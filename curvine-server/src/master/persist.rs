@@ -21,14 +21,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use curvine_common::checksum::verify_chunks;
-use curvine_common::frame::{header, read_frame, write_frame};
-use curvine_common::proto::{DataOp, MountMode};
-use curvine_common::{FsError, FsResult};
+use curvine_common::block_read::BlockReadStream;
+use curvine_common::proto::MountMode;
+use curvine_common::tasks::Task;
+use curvine_common::{BlockId, FsError, FsResult};
 use tokio::io::BufReader;
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, Semaphore};
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::namespace::{is_file, Namespace, Reader, Txn};
@@ -259,7 +258,13 @@ impl Namespace {
                 let mut open_err = None;
                 for a in b.locations.iter().filter_map(|l| l.address.as_ref()) {
                     let addr = format!("{}:{}", a.host, a.data_port);
-                    let open = open_block(&addr, &token, max_frame, b.block_id, b.len);
+                    let open = BlockReadStream::connect(
+                        &addr,
+                        &token,
+                        BlockId(b.block_id),
+                        b.len,
+                        max_frame,
+                    );
                     match tokio::time::timeout(BLOCK_READ_TIMEOUT, open).await {
                         Ok(Ok(s)) => {
                             opened = Some(s);
@@ -277,8 +282,8 @@ impl Namespace {
                     }
                 }
                 if let Some(s) = opened {
-                    let addr = s.addr.clone();
-                    match tokio::time::timeout(BLOCK_READ_TIMEOUT, s.copy_to(&mut w)).await {
+                    let addr = s.addr().to_string();
+                    match tokio::time::timeout(BLOCK_READ_TIMEOUT, copy_block_to(s, &mut w)).await {
                         Ok(r) => r?,
                         Err(_) => {
                             return Err(FsError::Timeout {
@@ -527,126 +532,26 @@ impl Namespace {
     }
 }
 
-/// A block a worker has agreed to stream (its READ_OPEN answered OK with the whole
-/// length): nothing of it has been read yet.
-struct BlockStream {
-    addr: String,
-    id: u64,
-    len: u64,
-    max_frame: usize,
-    chunk_size: usize,
-    rd: BufReader<tokio::net::tcp::OwnedReadHalf>,
-    // the write half stays open while the block streams
-    _wr: tokio::net::tcp::OwnedWriteHalf,
-}
-
-/// Ask the worker at `addr` for block `id` (`len` bytes).
-async fn open_block(
-    addr: &str,
-    token: &str,
-    max_frame: usize,
-    id: u64,
-    len: u64,
-) -> FsResult<BlockStream> {
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| FsError::io_ctx(format!("connect to {addr}"), e))?;
-    let _ = stream.set_nodelay(true);
-    let (rd, mut wr) = stream.into_split();
-    let mut rd = BufReader::with_capacity(64 << 10, rd);
-    let mut h = header(DataOp::ReadOpen);
-    h.block_id = id;
-    h.len = len;
-    h.token = token.to_string();
-    write_frame(&mut wr, &h, &[]).await?;
+/// Write the bytes of `block` to `w`, each chunk checked against its CRC32C.
+async fn copy_block_to(
+    mut block: BlockReadStream<BufReader<TcpStream>>,
+    w: &mut opendal::Writer,
+) -> FsResult<()> {
     let mut buf = BytesMut::new();
-    let ok = read_frame(&mut rd, &mut buf, max_frame)
-        .await?
-        .ok_or_else(|| FsError::io(format!("{addr} closed the connection")))?;
-    if ok.op != DataOp::Ok as i32 {
-        return Err(match ok.error {
-            Some(d) => FsError::from_detail(d),
-            None => FsError::protocol(format!("{addr}: unexpected op {} to READ_OPEN", ok.op)),
-        });
-    }
-    if ok.block_len < len {
-        return Err(FsError::BlockNotFound {
-            block_id: id,
-            worker: format!("{addr} (has {} of {len} bytes)", ok.block_len),
-        });
-    }
-    Ok(BlockStream {
-        addr: addr.to_string(),
-        id,
-        len,
-        max_frame,
-        chunk_size: ok.chunk_size.max(1) as usize,
-        rd,
-        _wr: wr,
-    })
-}
-
-impl BlockStream {
-    /// Write the block's bytes to `w`, each chunk checked against its CRC32C.
-    async fn copy_to(mut self, w: &mut opendal::Writer) -> FsResult<()> {
-        let (addr, id, len, cs) = (self.addr.as_str(), self.id, self.len, self.chunk_size);
-        let mut buf = BytesMut::new();
-        let mut next = 0u64;
-        loop {
-            let f = read_frame(&mut self.rd, &mut buf, self.max_frame)
-                .await?
-                .ok_or_else(|| FsError::io(format!("{addr} closed the stream of block {id}")))?;
-            match DataOp::try_from(f.op) {
-                Ok(DataOp::ReadData) => {
-                    if f.offset != next {
-                        return Err(FsError::protocol(format!(
-                            "{addr}: block {id} data at {} where {next} was expected",
-                            f.offset
-                        )));
-                    }
-                    if verify_chunks(&buf, cs, &f.crcs).is_err() {
-                        return Err(FsError::ChecksumMismatch {
-                            block_id: id,
-                            worker: addr.to_string(),
-                            message: format!("chunk at offset {} read for an upload", f.offset),
-                        });
-                    }
-                    next += buf.len() as u64;
-                    let keep = len.saturating_sub(f.offset).min(buf.len() as u64) as usize;
-                    let data = buf.split().freeze().slice(..keep);
-                    if !data.is_empty() {
-                        w.write(data)
-                            .await
-                            .map_err(|e| FsError::io(format!("upload of block {id}: {e}")))?;
-                    }
-                }
-                Ok(DataOp::ReadEnd) => break,
-                Ok(DataOp::Error) => {
-                    return Err(match f.error {
-                        Some(d) => FsError::from_detail(d),
-                        None => FsError::io(format!("{addr}: error reading block {id}")),
-                    })
-                }
-                _ => {
-                    return Err(FsError::protocol(format!(
-                        "{addr}: unexpected op {} while reading block {id}",
-                        f.op
-                    )))
-                }
-            }
+    while block.next(&mut buf).await?.is_some() {
+        if !buf.is_empty() {
+            w.write(buf.split().freeze())
+                .await
+                .map_err(|e| FsError::io(format!("upload of block {}: {e}", block.block())))?;
         }
-        if next < len {
-            return Err(FsError::protocol(format!(
-                "{addr}: block {id} stream ended at {next} of {len} bytes"
-            )));
-        }
-        Ok(())
     }
+    Ok(())
 }
 
 /// Upload pending files whose due time has come, `master.persist_concurrency` at once;
-/// a failed one is due again after the persist delay.
-pub async fn persist_loop(ns: Arc<Namespace>, cancel: CancellationToken) {
+/// a failed one is due again after the persist delay. `task` shows the uploads running.
+pub async fn persist_loop(ns: Arc<Namespace>, task: Task) {
+    let cancel = task.token();
     let delay = ns.conf.persist_delay.0.max(Duration::from_millis(10));
     let tick = (delay / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
     let mut every = tokio::time::interval(tick);
@@ -661,6 +566,7 @@ pub async fn persist_loop(ns: Arc<Namespace>, cancel: CancellationToken) {
             Ok(p) => p,
             Err(e) => {
                 warn!(error = %e, "cannot read the pending uploads");
+                task.failed(&e);
                 continue;
             }
         };
@@ -694,6 +600,10 @@ pub async fn persist_loop(ns: Arc<Namespace>, cancel: CancellationToken) {
                     }
                 }
             });
+        }
+        match tasks.len() {
+            0 => task.idle(),
+            n => task.busy(format!("{n} uploads running")),
         }
     }
     tasks.close();

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
-use curvine_common::FsResult;
+use curvine_common::{BlockId, FsResult};
 
 use super::block_store::{ensure_parent, BlockStore};
 use super::index::BlockMeta;
@@ -337,7 +337,7 @@ impl BlockStore {
         let Some(id) = victim else {
             return false;
         };
-        match self.delete(id) {
+        match self.delete(BlockId(id)) {
             Ok(_) => {
                 debug!(block = id, "dropped a block the under-store holds");
                 true

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use curvine_common::proto::master_service_client::MasterServiceClient;
 use curvine_common::proto::{BlockReportPage, HeartbeatRequest, RegisterRequest, WorkerAddress};
 use curvine_common::tasks::{Task, Tasks};
-use curvine_common::{FsError, FsResult};
+use curvine_common::{BlockId, FsError, FsResult};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
@@ -418,7 +418,7 @@ impl Session {
             let deleted = tokio::task::spawn_blocking(move || {
                 let mut deleted = 0;
                 for id in ids {
-                    match store.delete(id) {
+                    match store.delete(BlockId(id)) {
                         Ok(true) => deleted += 1,
                         Ok(false) => {}
                         // the block stays indexed: the next full report names it again,

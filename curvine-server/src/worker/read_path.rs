@@ -12,7 +12,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use curvine_common::frame::header;
 use curvine_common::proto::{DataHeader, DataOp};
-use curvine_common::{FsError, FsResult};
+use curvine_common::{BlockId, FsError, FsResult};
 use tokio::sync::mpsc;
 use tracing::debug;
 
@@ -37,7 +37,7 @@ pub fn widen(offset: u64, len: u64, block_len: u64, cs: u64) -> (u64, u64) {
 pub(super) async fn handle_read(ctx: &DataCtx, conn: &mut Conn, open: DataHeader) -> FsResult<()> {
     let id = open.block_id;
     if let Some(u) = &open.ufs {
-        if ctx.store.block_info(id)?.is_none() {
+        if ctx.store.block_info(BlockId(id))?.is_none() {
             let u = u.clone();
             let mut open = open;
             open.ufs = None;
@@ -46,7 +46,7 @@ pub(super) async fn handle_read(ctx: &DataCtx, conn: &mut Conn, open: DataHeader
     }
     let drop_conn = fault_data!("worker.read_block", &ctx.worker);
     // opening a file and reading a few KiB of sidecar: cheap enough to do inline
-    let block = ctx.store.open_read(id)?;
+    let block = ctx.store.open_read(BlockId(id))?;
     debug!(block = id, offset = open.offset, len = open.len, short_circuit = open.short_circuit,
         peer = %conn.peer, "read open");
     let mut ok = header(DataOp::Ok);

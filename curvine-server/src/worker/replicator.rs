@@ -13,12 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use curvine_common::checksum::{chunk_crcs_into, verify_chunks};
-use curvine_common::frame::{header, read_frame, write_frame};
-use curvine_common::proto::{CopyCommand, CopyResult, DataOp, StorageTier};
-use curvine_common::{FsError, FsResult};
-use tokio::io::BufReader;
-use tokio::net::TcpStream;
+use curvine_common::block_read::BlockReadStream;
+use curvine_common::checksum::chunk_crcs_into;
+use curvine_common::proto::{CopyCommand, CopyResult, StorageTier};
+use curvine_common::{BlockId, FsError, FsResult};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -155,7 +153,7 @@ async fn run_copy(ctx: &CopyCtx, cmd: &CopyCommand) -> FsResult<()> {
         .acquire_owned()
         .await
         .map_err(|_| FsError::internal("copy semaphore closed"))?;
-    if ctx.store.block_info(cmd.block_id)?.is_some() {
+    if ctx.store.block_info(BlockId(cmd.block_id))?.is_some() {
         return Ok(()); // already here (e.g. a repeated command)
     }
     match tokio::time::timeout(ctx.timeout, copy_block(ctx, cmd)).await {
@@ -174,103 +172,47 @@ pub async fn copy_block(ctx: &CopyCtx, cmd: &CopyCommand) -> FsResult<()> {
         .clone()
         .ok_or_else(|| FsError::invalid(format!("copy of block {id} without a source")))?;
     let addr = format!("{}:{}", src.host, src.data_port);
-    let stream = TcpStream::connect(&addr)
-        .await
-        .map_err(|e| FsError::io_ctx(format!("connect to {addr}"), e))?;
-    let _ = stream.set_nodelay(true);
-    let (rd, mut wr) = stream.into_split();
-    let mut rd = BufReader::with_capacity(64 << 10, rd);
-    let mut h = header(DataOp::ReadOpen);
-    h.block_id = id;
-    h.len = cmd.len;
-    h.token.clone_from(&ctx.auth_token);
-    write_frame(&mut wr, &h, &[]).await?;
-    let mut buf = BytesMut::new();
-    let ok = read_frame(&mut rd, &mut buf, ctx.max_frame)
-        .await?
-        .ok_or_else(|| FsError::io(format!("{addr} closed the connection")))?;
-    if ok.op != DataOp::Ok as i32 {
-        return Err(match ok.error {
-            Some(d) => FsError::from_detail(d),
-            None => FsError::protocol(format!("{addr}: unexpected op {} to READ_OPEN", ok.op)),
-        });
-    }
-    if ok.block_len < cmd.len {
-        return Err(FsError::BlockNotFound {
-            block_id: id,
-            worker: format!("{addr} (has {} of {} bytes)", ok.block_len, cmd.len),
-        });
-    }
-    let src_cs = ok.chunk_size.max(1) as usize;
+    let mut stream =
+        BlockReadStream::connect(&addr, &ctx.auth_token, BlockId(id), cmd.len, ctx.max_frame)
+            .await?;
     let tier = StorageTier::try_from(cmd.tier).unwrap_or(StorageTier::Unspecified);
     let store = ctx.store.clone();
     let len = cmd.len;
-    let handle = tokio::task::spawn_blocking(move || store.begin_write(id, tier, len))
+    let handle = tokio::task::spawn_blocking(move || store.begin_write(BlockId(id), tier, len))
         .await
         .map_err(join_err)??;
     let file = handle.clone_file()?;
     let local_cs = ctx.store.conf().chunk_size.max(1) as usize;
     let mut crcs = Vec::with_capacity(len.div_ceil(local_cs as u64) as usize);
-    // Bytes received but not yet written: always less than one local chunk between frames.
+    // Bytes received but not yet written: always less than one local chunk between
+    // frames. The stream ends with exactly `len` bytes (or fails).
     let mut carry: Vec<u8> = Vec::new();
     let mut written = 0u64;
-    let mut next = 0u64;
+    let mut buf = BytesMut::new();
     loop {
-        let f = read_frame(&mut rd, &mut buf, ctx.max_frame)
-            .await?
-            .ok_or_else(|| FsError::io(format!("{addr} closed the stream of block {id}")))?;
-        match DataOp::try_from(f.op) {
-            Ok(DataOp::ReadData) => {
-                if f.offset != next {
-                    return Err(FsError::protocol(format!(
-                        "{addr}: block {id} data at {} where {next} was expected",
-                        f.offset
-                    )));
-                }
-                if verify_chunks(&buf, src_cs, &f.crcs).is_err() {
+        match stream.next(&mut buf).await {
+            Ok(Some(_)) => {}
+            Ok(None) => break,
+            Err(e) => {
+                if matches!(e, FsError::ChecksumMismatch { .. }) {
                     crate::metrics::worker()
                         .checksum_failure(crate::metrics::ChecksumSource::Replication);
-                    return Err(FsError::ChecksumMismatch {
-                        block_id: id,
-                        worker: addr.clone(),
-                        message: format!("copy source chunk at offset {}", f.offset),
-                    });
                 }
-                next += buf.len() as u64;
-                let keep = (len.saturating_sub(f.offset)).min(buf.len() as u64) as usize;
-                carry.extend_from_slice(&buf[..keep]);
-                let whole = carry.len() / local_cs * local_cs;
-                if whole > 0 {
-                    chunk_crcs_into(&carry[..whole], local_cs, &mut crcs);
-                    write_at(&file, &carry[..whole], written)?;
-                    written += whole as u64;
-                    carry.drain(..whole);
-                }
+                return Err(e);
             }
-            Ok(DataOp::ReadEnd) => break,
-            Ok(DataOp::Error) => {
-                return Err(match f.error {
-                    Some(d) => FsError::from_detail(d),
-                    None => FsError::io(format!("{addr}: error reading block {id}")),
-                })
-            }
-            _ => {
-                return Err(FsError::protocol(format!(
-                    "{addr}: unexpected op {} while reading block {id}",
-                    f.op
-                )))
-            }
+        }
+        carry.extend_from_slice(&buf);
+        let whole = carry.len() / local_cs * local_cs;
+        if whole > 0 {
+            chunk_crcs_into(&carry[..whole], local_cs, &mut crcs);
+            write_at(&file, &carry[..whole], written)?;
+            written += whole as u64;
+            carry.drain(..whole);
         }
     }
     if !carry.is_empty() {
         chunk_crcs_into(&carry, local_cs, &mut crcs);
         write_at(&file, &carry, written)?;
-        written += carry.len() as u64;
-    }
-    if written != len {
-        return Err(FsError::protocol(format!(
-            "{addr}: block {id} stream ended at {written} of {len} bytes"
-        )));
     }
     drop(file);
     let stored = handle.tier();

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use curvine_common::checksum::verify_chunks;
-use curvine_common::{FsError, FsResult};
+use curvine_common::{BlockId, FsError, FsResult};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -121,7 +121,7 @@ async fn scrub_block(
     started: Instant,
     stats: &mut PassStats,
 ) -> FsResult<()> {
-    let block = match store.open_read_quiet(id) {
+    let block = match store.open_read_quiet(BlockId(id)) {
         Ok(b) => Arc::new(b),
         Err(FsError::BlockNotFound { .. }) => return Ok(()), // deleted meanwhile
         Err(e) => {
@@ -185,7 +185,7 @@ async fn scrub_block(
         warn!(block = id, offset = at, path = %block.path.display(),
             "scrub: stored block fails its checksum; removing it");
         crate::metrics::worker().checksum_failure(crate::metrics::ChecksumSource::Scrub);
-        if store.delete(id)? {
+        if store.delete(BlockId(id))? {
             bg.note_bad(id);
         }
         stats.bad += 1;

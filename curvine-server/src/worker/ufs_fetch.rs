@@ -18,7 +18,7 @@ use curvine_common::checksum::chunk_crcs;
 use curvine_common::frame::header;
 use curvine_common::proto::master_service_client::MasterServiceClient;
 use curvine_common::proto::{DataHeader, DataOp, GetMountRequest, StorageTier, UfsRange};
-use curvine_common::{FsError, FsResult};
+use curvine_common::{BlockId, FsError, FsResult};
 use futures_util::TryStreamExt;
 use opendal::Operator;
 use tokio::sync::watch;
@@ -202,7 +202,7 @@ pub(super) async fn handle(
 /// Ok when the block is held, fetched now, or fetched by a read in progress that this
 /// load joins.
 pub(super) async fn load(ctx: &DataCtx, id: u64, u: UfsRange) -> FsResult<()> {
-    if ctx.store.block_info(id)?.is_some() {
+    if ctx.store.block_info(BlockId(id))?.is_some() {
         return Ok(());
     }
     let (joined, lead) = {
@@ -267,24 +267,25 @@ async fn lead_fetch(
         u.len,
         StorageTier::try_from(u.tier).unwrap_or(StorageTier::Unspecified),
     );
-    let handle = match tokio::task::spawn_blocking(move || store.begin_write(id, tier, len))
-        .await
-        .map_err(join_err)?
-    {
-        Ok(h) => h,
-        Err(FsError::AlreadyExists { .. }) => {
-            // committed since the check: serve it as any block
-            leading.end(Ok(()));
-            return match conn {
-                Some(conn) => super::read_path::handle_read(ctx, conn, open).await,
-                None => Ok(()),
-            };
-        }
-        Err(e) => {
-            leading.end(Err(e.clone()));
-            return Err(e);
-        }
-    };
+    let handle =
+        match tokio::task::spawn_blocking(move || store.begin_write(BlockId(id), tier, len))
+            .await
+            .map_err(join_err)?
+        {
+            Ok(h) => h,
+            Err(FsError::AlreadyExists { .. }) => {
+                // committed since the check: serve it as any block
+                leading.end(Ok(()));
+                return match conn {
+                    Some(conn) => super::read_path::handle_read(ctx, conn, open).await,
+                    None => Ok(()),
+                };
+            }
+            Err(e) => {
+                leading.end(Err(e.clone()));
+                return Err(e);
+            }
+        };
     let file = Arc::new(handle.clone_file()?);
     leading
         .fetch

@@ -12,7 +12,7 @@ use bytes::BytesMut;
 use curvine_common::checksum::{chunk_count, verify_chunks};
 use curvine_common::frame::{header, read_frame};
 use curvine_common::proto::{DataHeader, DataOp, StorageTier};
-use curvine_common::{FsError, FsResult};
+use curvine_common::{BlockId, FsError, FsResult};
 use tokio::sync::mpsc;
 use tracing::debug;
 
@@ -36,9 +36,9 @@ pub(super) async fn handle_write(ctx: &DataCtx, conn: &mut Conn, open: DataHeade
     // Where the block fits as things are, on a tier without fsync, opening it is a file
     // create, done here as such a commit is; otherwise it may evict, wait for a heartbeat
     // or meet a busy file system, in the blocking pool.
-    let handle = match store.try_begin_write(id, want, reserve)? {
+    let handle = match store.try_begin_write(BlockId(id), want, reserve)? {
         Some(h) => h,
-        None => tokio::task::spawn_blocking(move || store.begin_write(id, want, reserve))
+        None => tokio::task::spawn_blocking(move || store.begin_write(BlockId(id), want, reserve))
             .await
             .map_err(join_err)??,
     };

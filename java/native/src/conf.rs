@@ -4,6 +4,7 @@
 //! `master_addrs` is comma-separated. Values are checked by `ClusterConf` itself, so
 //! the TOML rules (sizes, durations, tiers) apply unchanged.
 
+use curvine_common::conf::keys;
 use curvine_common::{ClusterConf, FsError, FsResult};
 
 /// Keys that belong to `[cluster]` or `[master]` instead of `[client]`.
@@ -78,17 +79,13 @@ pub fn check_key(key: &str, value: &str) -> KeyCheck {
     if !valid_key_name(key) {
         return KeyCheck::Unknown;
     }
+    if !keys::is_key(section(key), key) {
+        return KeyCheck::Unknown;
+    }
     let text = format!("[{}]\n{key} = {}\n", section(key), toml_value(key, value));
     match ClusterConf::parse(&text) {
         Ok(_) => KeyCheck::Ok,
-        Err(e) => {
-            let msg = e.to_string();
-            if msg.contains("unknown field") {
-                KeyCheck::Unknown
-            } else {
-                KeyCheck::Bad(format!("fs.cv.{key} = {value:?}: {msg}"))
-            }
-        }
+        Err(e) => KeyCheck::Bad(format!("fs.cv.{key} = {value:?}: {e}")),
     }
 }
 

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use curvine_common::proto::{CopyCommand, StorageTier, WorkerAddress};
+use curvine_common::BlockId;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -161,8 +162,8 @@ async fn scrubber_removes_a_corrupt_block_and_reports_it() {
     assert_eq!(bg.take_report().1, vec![3]);
     let (_, removed) = srv.store.take_pending();
     assert_eq!(removed, vec![3]);
-    assert!(srv.store.block_info(3).unwrap().is_none());
-    assert!(srv.store.block_info(2).unwrap().is_some());
+    assert!(srv.store.block_info(BlockId(3)).unwrap().is_none());
+    assert!(srv.store.block_info(BlockId(2)).unwrap().is_some());
     // a clean pass finds nothing
     let stats = scrub_pass(&srv.store, &bg, 0, &CancellationToken::new())
         .await

@@ -3,7 +3,7 @@
 use curvine_common::checksum::{chunk_crcs, verify_chunks};
 use curvine_common::frame::write_frame;
 use curvine_common::proto::{DataOp, StorageTier};
-use curvine_common::FsError;
+use curvine_common::{BlockId, FsError};
 use tokio::io::AsyncWriteExt;
 
 use super::*;
@@ -25,7 +25,7 @@ async fn remote_round_trip_odd_sizes() {
         assert_eq!(start, 0);
         assert_eq!(got, data, "size {n}");
         assert_eq!(
-            srv.store.block_info(id).unwrap(),
+            srv.store.block_info(BlockId(id)).unwrap(),
             Some((n as u64, StorageTier::Mem))
         );
     }
@@ -63,7 +63,7 @@ async fn bad_crc_is_rejected_and_no_block_appears() {
         "{e}"
     );
     assert!(wait_until(5, || srv.used(0) == 0 && staging_empty(tmp.path())).await);
-    assert!(srv.store.block_info(7).unwrap().is_none());
+    assert!(srv.store.block_info(BlockId(7)).unwrap().is_none());
     assert!(matches!(
         read_block(srv.addr, 7).await,
         Err(FsError::BlockNotFound { .. })
@@ -138,7 +138,7 @@ async fn short_circuit_commit_with_wrong_length_fails_cleanly() {
         Err(FsError::InvalidArgument { .. })
     ));
     assert!(wait_until(5, || srv.used(0) == 0 && staging_empty(tmp.path())).await);
-    assert!(srv.store.block_info(43).unwrap().is_none());
+    assert!(srv.store.block_info(BlockId(43)).unwrap().is_none());
     srv.stop().await;
 }
 
@@ -160,7 +160,7 @@ async fn disconnect_mid_write_leaves_nothing() {
     s.write_all(&[0, 0, 1, 0, 0, 0]).await.unwrap();
     drop(s);
     assert!(wait_until(5, || srv.used(0) == 0 && staging_empty(tmp.path())).await);
-    assert!(srv.store.block_info(5).unwrap().is_none());
+    assert!(srv.store.block_info(BlockId(5)).unwrap().is_none());
     // the block id is still writable afterwards
     write_block(srv.addr, 5, &data, 0).await.unwrap();
     assert_eq!(read_block(srv.addr, 5).await.unwrap(), data);
@@ -257,11 +257,11 @@ async fn full_tier_demotes_lru_blocks_to_the_next_tier() {
         .unwrap();
     assert_eq!(t, StorageTier::Mem);
     assert_eq!(
-        srv.store.block_info(2).unwrap(),
+        srv.store.block_info(BlockId(2)).unwrap(),
         Some((blk as u64, StorageTier::Ssd))
     );
     assert_eq!(
-        srv.store.block_info(1).unwrap(),
+        srv.store.block_info(BlockId(1)).unwrap(),
         Some((blk as u64, StorageTier::Mem))
     );
     for id in 1..=3u64 {
@@ -295,7 +295,7 @@ async fn all_tiers_full_is_no_space_without_partial_block() {
         .await
         .unwrap();
     assert_eq!(
-        srv.store.block_info(1).unwrap().unwrap().1,
+        srv.store.block_info(BlockId(1)).unwrap().unwrap().1,
         StorageTier::Ssd
     );
     let e = write_block(srv.addr, 3, &pattern(blk, 3), blk as u64)
@@ -310,7 +310,8 @@ async fn all_tiers_full_is_no_space_without_partial_block() {
     assert!(matches!(e, FsError::NoSpace { .. }), "{e}");
     assert!(wait_until(5, || staging_empty(tmp.path())).await);
     assert!(
-        srv.store.block_info(3).unwrap().is_none() && srv.store.block_info(4).unwrap().is_none()
+        srv.store.block_info(BlockId(3)).unwrap().is_none()
+            && srv.store.block_info(BlockId(4)).unwrap().is_none()
     );
     assert!(wait_until(5, || srv.used(0) == blk as u64 && srv.used(1) == blk as u64).await);
     assert_eq!(read_block(srv.addr, 1).await.unwrap(), pattern(blk, 1));
@@ -334,7 +335,7 @@ async fn abort_releases_the_reservation_and_keeps_the_connection() {
         .await
         .unwrap();
     write_on(&mut s, 4, &data, CS, 0, "").await.unwrap();
-    assert!(srv.store.block_info(3).unwrap().is_none());
+    assert!(srv.store.block_info(BlockId(3)).unwrap().is_none());
     assert_eq!(srv.used(0), CS as u64);
     assert!(staging_empty(tmp.path()));
     srv.stop().await;

@@ -2,6 +2,7 @@
 
 use curvine_common::checksum::chunk_crcs;
 use curvine_common::proto::StorageTier;
+use curvine_common::BlockId;
 use std::os::unix::fs::FileExt;
 
 use super::*;
@@ -10,7 +11,7 @@ use crate::worker::{block_path, open_store};
 /// Write and commit a block straight through the store API.
 fn put(store: &Arc<BlockStore>, id: u64, data: &[u8]) -> StorageTier {
     let h = store
-        .begin_write(id, StorageTier::Unspecified, data.len() as u64)
+        .begin_write(BlockId(id), StorageTier::Unspecified, data.len() as u64)
         .unwrap();
     let tier = h.tier();
     h.clone_file().unwrap().write_all_at(data, 0).unwrap();
@@ -32,27 +33,32 @@ fn index_is_rebuilt_at_start_and_staging_cleared() {
         put(&store, 2, &pattern(0, 2));
         put(&store, 0x1_0000_0003, &pattern(3 * CS, 3));
         // an unfinished write at "crash" time
-        let h = store.begin_write(4, StorageTier::Mem, 100).unwrap();
+        let h = store
+            .begin_write(BlockId(4), StorageTier::Mem, 100)
+            .unwrap();
         std::mem::forget(h);
     }
     assert!(!staging_empty(tmp.path()));
     let store = open_store(&conf, "w".into()).unwrap();
     assert!(staging_empty(tmp.path()));
     assert_eq!(
-        store.block_info(1).unwrap(),
+        store.block_info(BlockId(1)).unwrap(),
         Some((CS as u64 + 1, StorageTier::Mem))
     );
-    assert_eq!(store.block_info(2).unwrap(), Some((0, StorageTier::Mem)));
     assert_eq!(
-        store.block_info(0x1_0000_0003).unwrap(),
+        store.block_info(BlockId(2)).unwrap(),
+        Some((0, StorageTier::Mem))
+    );
+    assert_eq!(
+        store.block_info(BlockId(0x1_0000_0003)).unwrap(),
         Some((3 * CS as u64, StorageTier::Mem))
     );
-    assert!(store.block_info(4).unwrap().is_none());
+    assert!(store.block_info(BlockId(4)).unwrap().is_none());
     let g = store.lock();
     assert_eq!(g.tiers[0].used(), 4 * CS as u64 + 1);
     assert_eq!(g.tiers[0].blocks, 3);
     drop(g);
-    let r = store.open_read(0x1_0000_0003).unwrap();
+    let r = store.open_read(BlockId(0x1_0000_0003)).unwrap();
     assert_eq!(r.crcs, chunk_crcs(&pattern(3 * CS, 3), CS));
     let ids = store.block_ids().unwrap();
     assert_eq!(ids, [1, 2, 0x1_0000_0003]);
@@ -118,7 +124,7 @@ fn blocks_with_missing_or_bad_sidecars_are_discarded_at_start() {
     }
     assert!(b3.exists() && s3.exists());
     assert_eq!(store.lock().tiers[0].used(), 2 * CS as u64);
-    let r = store.open_read(3).unwrap();
+    let r = store.open_read(BlockId(3)).unwrap();
     assert_eq!(r.crcs, chunk_crcs(&pattern(2 * CS, 3), CS));
 }
 
@@ -158,7 +164,7 @@ fn blocks_in_the_old_shard_layout_are_moved_at_start() {
     for (i, id) in [a, b, c].into_iter().enumerate() {
         let (data, sidecar) = block_path(&dirs(&conf), id).unwrap();
         assert!(data.starts_with(blocks.join(shard_name(id))) && sidecar.exists());
-        let r = store.open_read(id).unwrap();
+        let r = store.open_read(BlockId(id)).unwrap();
         let mut buf = vec![0u8; CS + 1];
         r.file.read_exact_at(&mut buf, 0).unwrap();
         assert_eq!(buf, pattern(CS + 1, i as u8));
@@ -202,7 +208,7 @@ fn background_eviction_brings_a_tier_below_its_low_watermark() {
     let tmp = tempfile::tempdir().unwrap();
     let store = nine_blocks_past_the_high_watermark(tmp.path());
     // touch the oldest so it survives
-    store.open_read(1).unwrap();
+    store.open_read(BlockId(1)).unwrap();
     let moved = store.evict_once();
     assert_eq!(moved, 5); // 90KB -> below 50KB
     let g = store.lock();
@@ -210,14 +216,17 @@ fn background_eviction_brings_a_tier_below_its_low_watermark() {
     assert_eq!(g.tiers[0].blocks + g.tiers[1].blocks, 9);
     assert_eq!(g.tiers[1].used(), 50 * 1024);
     drop(g);
-    assert_eq!(store.block_info(1).unwrap().unwrap().1, StorageTier::Mem);
+    assert_eq!(
+        store.block_info(BlockId(1)).unwrap().unwrap().1,
+        StorageTier::Mem
+    );
     for id in 2..=6u64 {
         assert_eq!(
-            store.block_info(id).unwrap().unwrap().1,
+            store.block_info(BlockId(id)).unwrap().unwrap().1,
             StorageTier::Ssd,
             "block {id}"
         );
-        let r = store.open_read(id).unwrap();
+        let r = store.open_read(BlockId(id)).unwrap();
         let mut buf = vec![0u8; 10 * 1024];
         r.file.read_exact_at(&mut buf, 0).unwrap();
         assert_eq!(buf, pattern(10 * 1024, id as u8));
@@ -235,17 +244,17 @@ fn reads_gathered_past_a_batch_keep_the_lru_order() {
     // more reads than one batch: some are written to the index on the way, the rest
     // are still gathered when the eviction reads the order
     for _ in 0..600 {
-        store.open_read(1).unwrap();
-        store.open_read(2).unwrap();
+        store.open_read(BlockId(1)).unwrap();
+        store.open_read(BlockId(2)).unwrap();
     }
-    store.open_read(3).unwrap();
+    store.open_read(BlockId(3)).unwrap();
     assert_eq!(store.evict_once(), 5);
     for id in [1u64, 2, 3, 9] {
-        let tier = store.block_info(id).unwrap().unwrap().1;
+        let tier = store.block_info(BlockId(id)).unwrap().unwrap().1;
         assert_eq!(tier, StorageTier::Mem, "block {id}");
     }
     for id in 4..=8u64 {
-        let tier = store.block_info(id).unwrap().unwrap().1;
+        let tier = store.block_info(BlockId(id)).unwrap().unwrap().1;
         assert_eq!(tier, StorageTier::Ssd, "block {id}");
     }
     // the index lives in the last tier's directory
@@ -262,8 +271,8 @@ fn delete_frees_space_and_is_reported() {
     let (added, removed) = store.take_pending();
     assert_eq!(added.len(), 1);
     assert!(removed.is_empty());
-    assert!(store.delete(8).unwrap());
-    assert!(!store.delete(8).unwrap());
+    assert!(store.delete(BlockId(8)).unwrap());
+    assert!(!store.delete(BlockId(8)).unwrap());
     assert!(!path.exists() && !sc.exists());
     assert_eq!(store.lock().tiers[0].used(), 0);
     let (added, removed) = store.take_pending();
@@ -347,7 +356,7 @@ fn a_tier_never_promises_more_than_its_filesystem_has() {
     // 2 MiB fits MEM's accounting (64 MB) but not its filesystem (1 MiB)
     let big = pattern(2 << 20, 5);
     assert_eq!(put(&store, 1, &big), StorageTier::Ssd);
-    assert_eq!(store.open_read(1).unwrap().len, big.len() as u64);
+    assert_eq!(store.open_read(BlockId(1)).unwrap().len, big.len() as u64);
     // what the filesystem can hold still goes to MEM
     assert_eq!(put(&store, 2, &pattern(256 << 10, 6)), StorageTier::Mem);
     // and the report shows the filesystem's room, not the configured 64 MB
@@ -365,7 +374,7 @@ fn a_tier_never_promises_more_than_its_filesystem_has() {
     only.worker.data_dir.truncate(1);
     let store = open_store(&only, "w".into()).unwrap();
     let e = store
-        .begin_write(3, StorageTier::Unspecified, 2 << 20)
+        .begin_write(BlockId(3), StorageTier::Unspecified, 2 << 20)
         .unwrap_err();
     assert!(matches!(e, FsError::NoSpace { .. }), "{e}");
     assert!(e.to_string().contains("its filesystem has"), "{e}");
@@ -394,7 +403,7 @@ fn a_deleted_blocks_file_is_written_over_by_the_next_block() {
     put(&store, 1, &pattern(3 * CS + 5, 1));
     let (old, _) = block_path(&dirs(&conf), 1).unwrap();
     let ino = inode_of(&old);
-    assert!(store.delete(1).unwrap());
+    assert!(store.delete(BlockId(1)).unwrap());
     assert!(!old.exists());
     {
         let g = store.lock();
@@ -407,13 +416,13 @@ fn a_deleted_blocks_file_is_written_over_by_the_next_block() {
     let (new, _) = block_path(&dirs(&conf), 2).unwrap();
     assert_eq!(inode_of(&new), ino, "the spare file was reused");
     assert!(store.lock().tiers[0].spares.is_empty());
-    let r = store.open_read(2).unwrap();
+    let r = store.open_read(BlockId(2)).unwrap();
     assert_eq!(r.len, data.len() as u64);
     assert_eq!(std::fs::read(&r.path).unwrap(), data);
     assert_eq!(r.crcs, chunk_crcs(&data, CS));
     // a restart drops what was kept
     put(&store, 3, &pattern(CS, 3));
-    assert!(store.delete(3).unwrap());
+    assert!(store.delete(BlockId(3)).unwrap());
     assert_eq!(store.lock().tiers[0].spares.len(), 1);
     drop(store);
     let store = open_store(&conf, "w".into()).unwrap();
@@ -435,7 +444,7 @@ fn a_block_file_still_open_or_mapped_elsewhere_is_never_written_over() {
     let (p1, _) = block_path(&dirs(&conf), 1).unwrap();
     // a reader that opened the block before it was deleted
     let held = std::fs::File::open(&p1).unwrap();
-    assert!(store.delete(1).unwrap());
+    assert!(store.delete(BlockId(1)).unwrap());
     assert!(store.lock().tiers[0].spares.is_empty());
     put(&store, 2, &pattern(2 * CS, 2));
     let mut back = vec![0u8; first.len()];
@@ -450,7 +459,7 @@ fn a_block_file_still_open_or_mapped_elsewhere_is_never_written_over() {
     let f = std::fs::File::open(&p2).unwrap();
     let map = Mapping::of(&f, 2 * CS);
     drop(f);
-    assert!(store.delete(2).unwrap());
+    assert!(store.delete(BlockId(2)).unwrap());
     assert!(store.lock().tiers[0].spares.is_empty());
     put(&store, 3, &pattern(2 * CS, 3));
     assert_eq!(map.bytes(), &pattern(2 * CS, 2)[..]);
@@ -469,7 +478,7 @@ fn spares_give_way_to_a_reservation_that_needs_their_room() {
         put(&store, id, &pattern(4 * CS, id as u8));
     }
     for id in 1..=3 {
-        assert!(store.delete(id).unwrap());
+        assert!(store.delete(BlockId(id)).unwrap());
     }
     assert_eq!(store.lock().tiers[0].spare_bytes(), 12 * CS as u64);
     // 14 chunks fit only once the spares are gone (the reservation comes first)
@@ -480,7 +489,7 @@ fn spares_give_way_to_a_reservation_that_needs_their_room() {
     assert_eq!(g.tiers[0].spare_bytes(), 0);
     assert!(g.tiers[0].spares.is_empty());
     drop(g);
-    let r = store.open_read(9).unwrap();
+    let r = store.open_read(BlockId(9)).unwrap();
     assert_eq!(std::fs::read(&r.path).unwrap(), data);
 }
 
@@ -528,7 +537,7 @@ fn a_write_opens_without_waiting_only_where_it_fits_as_things_are() {
     let store = open_store(&conf, "w".into()).unwrap();
     // room in MEM: opened at once, with its space reserved
     let h = store
-        .try_begin_write(1, StorageTier::Unspecified, 60 * 1024)
+        .try_begin_write(BlockId(1), StorageTier::Unspecified, 60 * 1024)
         .unwrap()
         .expect("fits");
     assert_eq!(h.tier(), StorageTier::Mem);
@@ -539,14 +548,14 @@ fn a_write_opens_without_waiting_only_where_it_fits_as_things_are() {
     // MEM cannot take another 60 KB without moving a block down: left to begin_write,
     // with nothing reserved and no staging file made
     assert!(store
-        .try_begin_write(2, StorageTier::Unspecified, 60 * 1024)
+        .try_begin_write(BlockId(2), StorageTier::Unspecified, 60 * 1024)
         .unwrap()
         .is_none());
     assert_eq!(store.lock().tiers[0].reserved, 0);
     assert!(staging_empty(tmp.path()));
     // asked for SSD, it starts there
     let h = store
-        .try_begin_write(3, StorageTier::Ssd, 60 * 1024)
+        .try_begin_write(BlockId(3), StorageTier::Ssd, 60 * 1024)
         .unwrap()
         .expect("fits in SSD");
     assert_eq!(h.tier(), StorageTier::Ssd);
@@ -558,7 +567,7 @@ fn a_write_opens_without_waiting_only_where_it_fits_as_things_are() {
     );
     // an existing block is refused at once
     assert!(matches!(
-        store.try_begin_write(1, StorageTier::Unspecified, 1),
+        store.try_begin_write(BlockId(1), StorageTier::Unspecified, 1),
         Err(FsError::AlreadyExists { .. })
     ));
     // a first tier that fsyncs by its own setting (the worker's is off) is left to
@@ -570,11 +579,14 @@ fn a_write_opens_without_waiting_only_where_it_fits_as_things_are() {
     conf.worker.fsync_ssd = Some(curvine_common::conf::FsyncPolicy::None);
     let store = open_store(&conf, "w".into()).unwrap();
     for want in [StorageTier::Unspecified, StorageTier::Mem] {
-        assert!(store.try_begin_write(4, want, 1024).unwrap().is_none());
+        assert!(store
+            .try_begin_write(BlockId(4), want, 1024)
+            .unwrap()
+            .is_none());
     }
     assert_eq!(store.lock().tiers[0].reserved, 0);
     let h = store
-        .try_begin_write(4, StorageTier::Ssd, 1024)
+        .try_begin_write(BlockId(4), StorageTier::Ssd, 1024)
         .unwrap()
         .expect("SSD does not fsync");
     assert_eq!(h.tier(), StorageTier::Ssd);

@@ -1,15 +1,16 @@
 //! `CurvineFs`: the client handle. Cheap to clone (an `Arc` inside); holds one gRPC
-//! channel to the master, the worker connection pool and the lease renewer.
+//! channel to the master, the worker connection pool and the lease renewer. The
+//! namespace calls are here; the calls writers make and the leases they hold are in
+//! `writes`, the under-store, job and cluster calls in `cluster`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use curvine_common::path::{normalize_within, MAX_MOUNT_PATH_LEN, MAX_PATH_LEN};
 use curvine_common::proto::{self, CallerInfo, FileStatus, StorageTier};
 use curvine_common::{ClusterConf, FsError, FsResult};
 use tokio::sync::watch;
-use tracing::{debug, warn};
 
 use crate::block_reader::BlockReadOpts;
 use crate::block_writer::BlockWriteOpts;
@@ -27,6 +28,12 @@ macro_rules! rpc {
         $fs.inner.master.call($name, CallKind::$kind, $req)
     };
 }
+
+mod cluster;
+mod writes;
+
+use writes::renew_leases;
+pub(crate) use writes::LeaseGuard;
 
 pub(crate) struct Inner {
     pub(crate) conf: ClusterConf,
@@ -226,15 +233,6 @@ impl CurvineFs {
             verify_checksum: c.client.verify_checksum,
             client_host: c.client.hostname.clone(),
             direct_io: c.client.direct_io,
-        }
-    }
-
-    pub(crate) fn lease_acquire(&self, file_id: u64) -> LeaseGuard {
-        let mut l = self.inner.leases.lock().unwrap_or_else(|p| p.into_inner());
-        *l.entry(file_id).or_default() += 1;
-        LeaseGuard {
-            inner: Arc::downgrade(&self.inner),
-            file_id,
         }
     }
 
@@ -605,175 +603,6 @@ impl CurvineFs {
         Ok(())
     }
 
-    /// Mount the under-store `info.ufs_uri` at `info.path` (the master checks the store
-    /// by listing it). The reply lists the mount with its secrets out.
-    pub async fn mount(&self, mut info: proto::MountInfo) -> FsResult<proto::MountInfo> {
-        info.path = self.norm(&info.path)?;
-        let req = proto::MountRequest {
-            mount: Some(info),
-            caller: self.caller(),
-        };
-        let r = rpc!(self, "mount", Mutation, req).await?;
-        r.mount
-            .ok_or_else(|| FsError::protocol("mount: the reply has no mount"))
-    }
-
-    /// Remove the mount at `path` (what Curvine cached of it goes; the store stays).
-    pub async fn umount(&self, path: &str) -> FsResult<()> {
-        let req = proto::UmountRequest {
-            path: self.norm(path)?,
-            caller: self.caller(),
-        };
-        rpc!(self, "umount", Mutation, req).await?;
-        Ok(())
-    }
-
-    /// Every mount, secrets out.
-    pub async fn mounts(&self) -> FsResult<Vec<proto::MountInfo>> {
-        let r = rpc!(self, "list_mounts", Idempotent, proto::ListMountsRequest {}).await?;
-        Ok(r.mounts)
-    }
-
-    /// Check `path` (under a mount) and what was loaded below it against the store now.
-    pub async fn resync(&self, path: &str) -> FsResult<proto::ResyncResponse> {
-        let req = proto::ResyncRequest {
-            path: self.norm(path)?,
-            caller: self.caller(),
-        };
-        rpc!(self, "resync", Idempotent, req).await
-    }
-
-    /// Drop the cached blocks of the persisted files at or under `path`.
-    pub async fn free(&self, path: &str) -> FsResult<proto::FreeResponse> {
-        let req = proto::FreeRequest {
-            path: self.norm(path)?,
-            caller: self.caller(),
-        };
-        rpc!(self, "free", Idempotent, req).await
-    }
-
-    /// Start a load job on the master for the files at `path` (under it with
-    /// `recursive`): their blocks are fetched from the under-store into the cache.
-    pub async fn submit_load(&self, path: &str, recursive: bool) -> FsResult<proto::LoadJob> {
-        let req = proto::SubmitLoadRequest {
-            path: self.norm(path)?,
-            recursive,
-            caller: self.caller(),
-        };
-        let r: proto::SubmitLoadResponse = rpc!(self, "submit_load", Mutation, req).await?;
-        r.job
-            .ok_or_else(|| FsError::protocol("submit_load: no job in the reply"))
-    }
-
-    /// Load job `id`.
-    pub async fn load_job(&self, id: u64) -> FsResult<proto::LoadJob> {
-        let req = proto::GetLoadRequest {
-            job_id: id,
-            path: String::new(),
-        };
-        let r: proto::GetLoadResponse = rpc!(self, "get_load", Idempotent, req).await?;
-        r.jobs
-            .into_iter()
-            .next()
-            .ok_or_else(|| FsError::not_found(format!("load job {id}")))
-    }
-
-    /// The load jobs of `path` (every job the master keeps when empty), oldest first.
-    pub async fn load_jobs(&self, path: &str) -> FsResult<Vec<proto::LoadJob>> {
-        let path = if path.is_empty() {
-            String::new()
-        } else {
-            self.norm(path)?
-        };
-        let req = proto::GetLoadRequest { job_id: 0, path };
-        let r: proto::GetLoadResponse = rpc!(self, "get_load", Idempotent, req).await?;
-        Ok(r.jobs)
-    }
-
-    /// Cancel load job `id`; blocks loaded so far stay cached.
-    pub async fn cancel_load(&self, id: u64) -> FsResult<proto::LoadJob> {
-        let req = proto::CancelLoadRequest {
-            job_id: id,
-            caller: self.caller(),
-        };
-        let r: proto::CancelLoadResponse = rpc!(self, "cancel_load", Idempotent, req).await?;
-        r.job
-            .ok_or_else(|| FsError::protocol("cancel_load: no job in the reply"))
-    }
-
-    /// Upload the files at or under `path` that the under-store does not hold yet
-    /// (under a through or async mount); returns once they are persisted.
-    pub async fn persist(&self, path: &str) -> FsResult<proto::PersistResponse> {
-        let req = proto::PersistRequest {
-            path: self.norm(path)?,
-            caller: self.caller(),
-        };
-        rpc!(self, "persist", Idempotent, req).await
-    }
-
-    /// Cluster capacity and usage, per worker and tier.
-    /// Wait until every namespace change the master made before this call is on disk
-    /// (its journal synced; immediate with `journal.sync = false`). What makes the
-    /// changes of a handle that defers syncs (`deferring_sync`) durable.
-    pub async fn sync_journal(&self) -> FsResult<()> {
-        self.inner
-            .master
-            .call(
-                "sync_journal",
-                CallKind::Idempotent,
-                proto::SyncJournalRequest {},
-            )
-            .await
-            .map(drop)
-    }
-
-    /// Begin draining worker `worker` (its id, or its data address `host:port`), or end
-    /// the drain with `cancel`. Returns the worker's id. Superuser only.
-    pub async fn decommission(&self, worker: &str, cancel: bool) -> FsResult<u32> {
-        let (worker_id, address) = match worker.parse::<u32>() {
-            Ok(id) if id > 0 => (id, String::new()),
-            _ => (0, worker.to_string()),
-        };
-        let req = proto::DecommissionRequest {
-            worker_id,
-            address,
-            cancel,
-            caller: self.caller(),
-        };
-        let r: proto::DecommissionResponse = rpc!(self, "decommission", Mutation, req).await?;
-        Ok(r.worker_id)
-    }
-
-    pub async fn report(&self) -> FsResult<proto::ReportResponse> {
-        self.inner
-            .master
-            .call("report", CallKind::Idempotent, proto::ReportRequest {})
-            .await
-    }
-
-    /// The master's changes after `after` (in the log named `epoch`) made by other
-    /// clients than this one, waiting up to `wait` (capped at half the call timeout)
-    /// for one. See `WatchRequest` in the protocol; a `reset` reply means the caller
-    /// must drop whatever it caches.
-    pub async fn watch_changes(
-        &self,
-        epoch: &str,
-        after: u64,
-        wait: std::time::Duration,
-    ) -> FsResult<proto::WatchResponse> {
-        let wait = wait.min(self.inner.master.rpc_timeout() / 2);
-        let req = proto::WatchRequest {
-            epoch: epoch.to_string(),
-            after_seq: after,
-            exclude_client: self.inner.client_id,
-            wait_ms: wait.as_millis().min(u32::MAX as u128) as u32,
-        };
-        self.inner
-            .master
-            .call("watch", CallKind::Idempotent, req)
-            .await
-    }
-
     /// Write `data` as the whole content of `path` (created or overwritten).
     pub async fn write_file(&self, path: &str, data: &[u8]) -> FsResult<()> {
         let opts = CreateOptions {
@@ -795,132 +624,8 @@ impl CurvineFs {
         buf.truncate(n);
         Ok(buf)
     }
-
-    // ---------- used by writers ----------
-
-    pub(crate) async fn add_block(
-        &self,
-        file_id: u64,
-        path: &str,
-        previous: Vec<proto::CommittedBlock>,
-        excluded_workers: Vec<u32>,
-    ) -> FsResult<proto::LocatedBlock> {
-        let req = proto::AddBlockRequest {
-            file_id,
-            path: path.to_string(),
-            previous,
-            caller: self.caller(),
-            excluded_workers,
-        };
-        let r = rpc!(self, "add_block", Mutation, req).await?;
-        r.block
-            .ok_or_else(|| FsError::protocol("add_block reply without a block"))
-    }
-
-    pub(crate) async fn complete(
-        &self,
-        file_id: u64,
-        path: &str,
-        blocks: Vec<proto::CommittedBlock>,
-        (len, min_len): (u64, u64),
-        mtime_ms: i64,
-    ) -> FsResult<FileStatus> {
-        let req = proto::CompleteRequest {
-            file_id,
-            path: path.to_string(),
-            blocks,
-            len,
-            caller: self.caller(),
-            min_len,
-            mtime_ms,
-        };
-        let r = rpc!(self, "complete", Mutation, req).await?;
-        status_of(r.status, "complete")
-    }
-
-    /// Publish the committed blocks and length of a file still being written.
-    pub(crate) async fn sync_file(
-        &self,
-        file_id: u64,
-        path: &str,
-        blocks: Vec<proto::CommittedBlock>,
-        len: u64,
-    ) -> FsResult<FileStatus> {
-        let req = proto::SyncRequest {
-            file_id,
-            path: path.to_string(),
-            blocks,
-            len,
-            caller: self.caller(),
-        };
-        let r = rpc!(self, "sync", Mutation, req).await?;
-        status_of(r.status, "sync")
-    }
-
-    /// Give up a file being written: a new file disappears, an append rolls back to
-    /// its committed blocks.
-    pub(crate) async fn abandon(&self, file_id: u64, path: &str) -> FsResult<()> {
-        let req = proto::AbandonRequest {
-            file_id,
-            path: path.to_string(),
-            caller: self.caller(),
-        };
-        rpc!(self, "abandon", Mutation, req).await?;
-        Ok(())
-    }
 }
 
 fn status_of(s: Option<FileStatus>, what: &str) -> FsResult<FileStatus> {
     s.ok_or_else(|| FsError::protocol(format!("{what} reply without a status")))
-}
-
-/// Keeps a file's lease renewed while a writer has it open.
-pub(crate) struct LeaseGuard {
-    inner: Weak<Inner>,
-    file_id: u64,
-}
-
-impl Drop for LeaseGuard {
-    fn drop(&mut self) {
-        if let Some(inner) = self.inner.upgrade() {
-            let mut l = inner.leases.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(n) = l.get_mut(&self.file_id) {
-                *n -= 1;
-                if *n == 0 {
-                    l.remove(&self.file_id);
-                }
-            }
-        }
-    }
-}
-
-/// Renews the leases of open files every `period`; exits when the `CurvineFs` is gone.
-async fn renew_leases(inner: Weak<Inner>, mut shutdown: watch::Receiver<()>, period: Duration) {
-    loop {
-        tokio::select! {
-            _ = shutdown.changed() => return,
-            _ = tokio::time::sleep(period) => {}
-        }
-        let Some(fs) = inner.upgrade() else { return };
-        fs.copies.trim(period);
-        let file_ids: Vec<u64> = {
-            let l = fs.leases.lock().unwrap_or_else(|p| p.into_inner());
-            l.keys().copied().collect()
-        };
-        if file_ids.is_empty() {
-            continue;
-        }
-        let req = proto::RenewLeaseRequest {
-            client_id: fs.client_id,
-            file_ids,
-        };
-        match fs
-            .master
-            .call("renew_lease", CallKind::Idempotent, req)
-            .await
-        {
-            Ok(_) => debug!("leases renewed"),
-            Err(e) => warn!(error = %e, "lease renewal failed"),
-        }
-    }
 }

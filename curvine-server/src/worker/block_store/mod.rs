@@ -10,25 +10,29 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use curvine_common::checksum::chunk_count;
 use curvine_common::conf::TierDir;
 use curvine_common::proto::{BlockReplica, StorageTier, TierReport};
-use curvine_common::{FsError, FsResult};
+use curvine_common::{BlockId, FsError, FsResult};
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use super::heartbeat::EarlyHeartbeat;
-use super::index::{BlockIndex, BlockMeta, INDEX_DIR};
-use super::layout::{
-    self, block_file, canonical_id, remove_quiet, sidecar_of, sidecar_stem, Sidecar, BLOCKS_DIR,
-};
+use super::index::{BlockIndex, INDEX_DIR};
+use super::layout::{self, block_file, remove_quiet, sidecar_of, Sidecar};
 use super::tiers::{fs_free_bytes, prepare_dir, Tier};
+
+mod scan;
+mod write;
+
+use scan::scan_tier;
+pub(super) use write::ensure_parent;
+pub use write::WriteHandle;
 
 /// Store settings taken from the worker configuration.
 #[derive(Debug, Clone)]
@@ -291,9 +295,9 @@ impl BlockStore {
     }
 
     /// Committed length and tier of a block, if present.
-    pub fn block_info(&self, id: u64) -> FsResult<Option<(u64, StorageTier)>> {
+    pub fn block_info(&self, id: BlockId) -> FsResult<Option<(u64, StorageTier)>> {
         let g = self.lock();
-        Ok(g.blocks.get(id)?.map(|m| (m.len, g.tiers[m.tier()].tier)))
+        Ok(g.blocks.get(id.0)?.map(|m| (m.len, g.tiers[m.tier()].tier)))
     }
 
     fn not_found(&self, id: u64) -> FsError {
@@ -307,10 +311,11 @@ impl BlockStore {
     /// create an empty staging file. Blocking (eviction may copy blocks).
     pub fn begin_write(
         self: &Arc<Self>,
-        id: u64,
+        id: BlockId,
         want: StorageTier,
         reserve: u64,
     ) -> FsResult<WriteHandle> {
+        let id = id.0;
         let reserve = self.check_new(id, reserve)?;
         let tier = self.reserve_somewhere(want, reserve)?;
         self.open_staging(id, tier, reserve)
@@ -323,10 +328,11 @@ impl BlockStore {
     /// metadata calls of a commit.
     pub fn try_begin_write(
         self: &Arc<Self>,
-        id: u64,
+        id: BlockId,
         want: StorageTier,
         reserve: u64,
     ) -> FsResult<Option<WriteHandle>> {
+        let id = id.0;
         let reserve = self.check_new(id, reserve)?;
         let (tier, kind) = self.first_tier(want);
         // A tier that fsyncs at commit keeps the open off the runtime too: its file
@@ -461,13 +467,13 @@ impl BlockStore {
 
     /// Open a committed block for reading and mark it recently used. Retries if an
     /// eviction moved the block between the lookup and the open.
-    pub fn open_read(&self, id: u64) -> FsResult<BlockReader> {
-        self.open_read_inner(id, true)
+    pub fn open_read(&self, id: BlockId) -> FsResult<BlockReader> {
+        self.open_read_inner(id.0, true)
     }
 
     /// Open a block without marking it used (the scrubber must not keep blocks hot).
-    pub fn open_read_quiet(&self, id: u64) -> FsResult<BlockReader> {
-        self.open_read_inner(id, false)
+    pub fn open_read_quiet(&self, id: BlockId) -> FsResult<BlockReader> {
+        self.open_read_inner(id.0, false)
     }
 
     fn open_read_inner(&self, id: u64, touch: bool) -> FsResult<BlockReader> {
@@ -519,7 +525,8 @@ impl BlockStore {
     }
 
     /// Delete a committed block (master request). Returns whether it existed.
-    pub fn delete(&self, id: u64) -> FsResult<bool> {
+    pub fn delete(&self, id: BlockId) -> FsResult<bool> {
+        let id = id.0;
         let (path, tier, len) = {
             let mut g = self.lock();
             let Some(m) = g.blocks.remove(id)? else {
@@ -602,272 +609,4 @@ fn unused_elsewhere(path: &Path) -> bool {
         unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_UNLCK) };
     }
     leased
-}
-
-/// Index one tier's `blocks/` directory, a shard at a time in one write; invalid
-/// entries are deleted. Tiers are scanned fastest first.
-fn scan_tier(inner: &mut Inner, idx: usize) -> FsResult<()> {
-    let dir = inner.tiers[idx].dir.join(BLOCKS_DIR);
-    let Ok(shards) = fs::read_dir(&dir) else {
-        return Ok(());
-    };
-    let mut found = Vec::new();
-    for shard in shards.flatten() {
-        let sp = shard.path();
-        let Ok(files) = fs::read_dir(&sp) else {
-            continue;
-        };
-        found.clear();
-        for f in files.flatten() {
-            let p = f.path();
-            let name = f.file_name().to_string_lossy().into_owned();
-            if let Some(stem) = sidecar_stem(&name) {
-                // sidecars are examined with their block; drop orphans
-                if canonical_id(stem).is_none() || !sp.join(stem).exists() {
-                    discard(&p, "orphan or malformed sidecar");
-                }
-                continue;
-            }
-            let Some(id) = canonical_id(&name) else {
-                discard(&p, "unknown file in blocks dir");
-                continue;
-            };
-            match check_block(&p) {
-                // the first tier's blocks cannot be in the index yet
-                Ok(_) if idx > 0 && inner.blocks.contains(id)? => {
-                    // a crash during a move left two copies; keep the faster one
-                    discard(&p, "duplicate of a block in a faster tier");
-                    discard(&sidecar_of(&p), "duplicate sidecar");
-                }
-                Ok(sc) => found.push((id, BlockMeta::new(idx, sc.len, sc.chunk_size, 0))),
-                Err(why) => {
-                    discard(&p, &why);
-                    discard(&sidecar_of(&p), &why);
-                }
-            }
-        }
-        inner.blocks.insert_new(&found)?;
-        let t = &mut inner.tiers[idx];
-        for (_, m) in &found {
-            t.committed += m.len;
-            t.blocks += 1;
-        }
-    }
-    Ok(())
-}
-
-fn check_block(p: &Path) -> Result<Sidecar, String> {
-    let len = fs::metadata(p).map_err(|e| e.to_string())?.len();
-    let sc = Sidecar::read(&sidecar_of(p)).map_err(|e| e.to_string())?;
-    if sc.len != len {
-        return Err(format!(
-            "block file has {len} bytes, sidecar says {}",
-            sc.len
-        ));
-    }
-    Ok(sc)
-}
-
-fn discard(p: &Path, why: &str) {
-    if p.exists() {
-        warn!(path = %p.display(), why, "discarding invalid block file");
-        if let Err(e) = remove_quiet(p) {
-            warn!(path = %p.display(), error = %e, "cannot remove invalid block file");
-        }
-    }
-}
-
-/// A block being written: holds its reservation and staging file. Dropped without
-/// `commit`, it removes the staging file and releases the reservation.
-pub struct WriteHandle {
-    store: Arc<BlockStore>,
-    pub id: u64,
-    tier: usize,
-    reserved: u64,
-    staging: PathBuf,
-    /// The staging file is a deleted block's file, written over.
-    recycled: bool,
-    file: Option<File>,
-    done: bool,
-}
-
-impl std::fmt::Debug for WriteHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WriteHandle")
-            .field("id", &self.id)
-            .field("staging", &self.staging)
-            .finish()
-    }
-}
-
-impl WriteHandle {
-    pub fn staging_path(&self) -> &Path {
-        &self.staging
-    }
-
-    pub fn tier(&self) -> StorageTier {
-        self.store.lock().tiers[self.tier].tier
-    }
-
-    fn tier_name(&self) -> &'static str {
-        self.tier().name()
-    }
-
-    /// A handle on the staging file for a writer thread.
-    pub fn clone_file(&self) -> FsResult<File> {
-        match &self.file {
-            Some(f) => f
-                .try_clone()
-                .map_err(|e| FsError::io_ctx(self.staging.display(), e)),
-            None => Err(FsError::internal("staging file not open")),
-        }
-    }
-
-    /// Make sure `total` bytes are reserved (no eviction; the open reserved the block size).
-    pub fn ensure_reserved(&mut self, total: u64) -> FsResult<()> {
-        if total <= self.reserved {
-            return Ok(());
-        }
-        let extra = total - self.reserved;
-        let mut g = self.store.lock();
-        let t = &mut g.tiers[self.tier];
-        if !t.fits(extra) {
-            return Err(FsError::no_space(format!(
-                "block {} grew past its reservation of {} bytes and tier {} is full",
-                self.id,
-                self.reserved,
-                t.tier.name()
-            )));
-        }
-        t.reserved += extra;
-        self.reserved = total;
-        Ok(())
-    }
-
-    /// Commit: check the length and CRC count, write the sidecar, rename staging ->
-    /// blocks and publish the block in the index and the pending report. Blocking.
-    pub fn commit(mut self, len: u64, crcs: Vec<u32>) -> FsResult<()> {
-        let store = self.store.clone();
-        let cs = store.conf.chunk_size;
-        let id = self.id;
-        let mut size = fs::metadata(&self.staging)
-            .map_err(|e| FsError::io_ctx(self.staging.display(), e))?
-            .len();
-        if self.recycled && size > len {
-            // the rest of the spare file this block was written over
-            if let Some(f) = &self.file {
-                f.set_len(len)
-                    .map_err(|e| FsError::io_ctx(self.staging.display(), e))?;
-                size = len;
-            }
-        }
-        if size != len {
-            return Err(FsError::invalid(format!(
-                "block {id}: commit of {len} bytes but the staging file has {size}"
-            )));
-        }
-        if crcs.len() != chunk_count(len, cs) {
-            return Err(FsError::invalid(format!(
-                "block {id}: {} checksums for {len} bytes in chunks of {cs}",
-                crcs.len()
-            )));
-        }
-        self.ensure_reserved(len)?;
-        let fsync = store.conf.fsync_for(self.tier());
-        if fsync {
-            if let Some(f) = &self.file {
-                f.sync_all()
-                    .map_err(|e| FsError::io_ctx(self.staging.display(), e))?;
-            }
-        }
-        let staging_sc = sidecar_of(&self.staging);
-        let sc = Sidecar {
-            chunk_size: cs,
-            len,
-            crcs,
-        };
-        write_file(&staging_sc, &sc.encode(), fsync)?;
-        fault_disk!("disk.commit", &store.conf.worker);
-        let (dst, tier_kind, over_high) = {
-            let mut g = store.lock();
-            if g.blocks.contains(id)? {
-                drop(g);
-                let _ = remove_quiet(&staging_sc);
-                return Err(FsError::exists(format!("block {id}")));
-            }
-            let dst = block_file(&g.tiers[self.tier].dir, id);
-            ensure_parent(&dst)?;
-            fs::rename(&staging_sc, sidecar_of(&dst))
-                .map_err(|e| FsError::io_ctx(sidecar_of(&dst).display(), e))?;
-            if let Err(e) = fs::rename(&self.staging, &dst) {
-                let _ = remove_quiet(&sidecar_of(&dst));
-                return Err(FsError::io_ctx(dst.display(), e));
-            }
-            g.tick += 1;
-            let meta = BlockMeta::new(self.tier, len, cs, g.tick);
-            if let Err(e) = g.blocks.replace(id, None, &meta) {
-                // not indexed, so not committed: the files go
-                for p in [sidecar_of(&dst), dst.clone()] {
-                    if let Err(e) = remove_quiet(&p) {
-                        warn!(path = %p.display(), error = %e, "cannot remove an unindexed block file");
-                    }
-                }
-                return Err(e);
-            }
-            let t = &mut g.tiers[self.tier];
-            t.reserved = t.reserved.saturating_sub(self.reserved);
-            t.committed += len;
-            t.blocks += 1;
-            let tier_kind = t.tier;
-            let over_high = (t.used() as f64) > store.conf.high_watermark * t.capacity as f64;
-            // a block written anew (an append) holds bytes the store may not have
-            g.droppable.remove(&id);
-            g.note_added(id, len, tier_kind);
-            self.done = true;
-            (dst, tier_kind, over_high)
-        };
-        if fsync {
-            if let Some(parent) = dst.parent() {
-                let _ = File::open(parent).and_then(|d| d.sync_all());
-            }
-        }
-        if over_high {
-            store.evict_wakeup.notify_one();
-        }
-        debug!(block = id, len, tier = tier_kind.name(), "block committed");
-        Ok(())
-    }
-}
-
-impl Drop for WriteHandle {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        self.file = None;
-        for p in [self.staging.clone(), sidecar_of(&self.staging)] {
-            if let Err(e) = remove_quiet(&p) {
-                warn!(path = %p.display(), error = %e, "cannot remove staging file");
-            }
-        }
-        self.store.release(self.tier, self.reserved);
-        debug!(block = self.id, "write aborted, staging removed");
-    }
-}
-
-pub(super) fn ensure_parent(p: &Path) -> FsResult<()> {
-    if let Some(parent) = p.parent() {
-        fs::create_dir_all(parent).map_err(|e| FsError::io_ctx(parent.display(), e))?;
-    }
-    Ok(())
-}
-
-pub(super) fn write_file(p: &Path, bytes: &[u8], sync: bool) -> FsResult<()> {
-    let mut f = File::create(p).map_err(|e| FsError::io_ctx(p.display(), e))?;
-    f.write_all(bytes)
-        .map_err(|e| FsError::io_ctx(p.display(), e))?;
-    if sync {
-        f.sync_all().map_err(|e| FsError::io_ctx(p.display(), e))?;
-    }
-    Ok(())
 }
