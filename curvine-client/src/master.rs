@@ -172,8 +172,10 @@ impl MasterClient {
                 matches!(e, FsError::NotLeader { .. }) || not_applied.load(Ordering::Relaxed)
             }
         };
+        // with several masters, tries go on through an election, within the call's timeout
+        let until = (self.addrs.len() > 1).then(|| std::time::Instant::now() + self.rpc_timeout);
         self.retry
-            .run_if(what, retry_if, |_| {
+            .run_if_until(what, retry_if, until, |_| {
                 let req = &req;
                 let not_applied = &not_applied;
                 async move {

@@ -26,7 +26,25 @@ impl RetryPolicy {
     }
 
     /// Like `run`, retrying only errors for which `retry_if` holds.
-    pub async fn run_if<T, F, Fut, P>(&self, what: &str, retry_if: P, mut op: F) -> FsResult<T>
+    pub async fn run_if<T, F, Fut, P>(&self, what: &str, retry_if: P, op: F) -> FsResult<T>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = FsResult<T>>,
+        P: Fn(&FsError) -> bool,
+    {
+        self.run_if_until(what, retry_if, None, op).await
+    }
+
+    /// Like `run_if`; with `until`, tries go on past `attempts` (each `backoff` apart)
+    /// until that instant: a failover between masters takes an election, however many
+    /// tries that is.
+    pub async fn run_if_until<T, F, Fut, P>(
+        &self,
+        what: &str,
+        retry_if: P,
+        until: Option<std::time::Instant>,
+        mut op: F,
+    ) -> FsResult<T>
     where
         F: FnMut(u32) -> Fut,
         Fut: Future<Output = FsResult<T>>,
@@ -35,15 +53,21 @@ impl RetryPolicy {
         let attempts = self.attempts.max(1);
         let mut attempt = 0;
         loop {
-            match op(attempt).await {
+            let res = op(attempt).await;
+            let within = attempt + 1 < attempts;
+            let more =
+                within || until.is_some_and(|u| std::time::Instant::now() + self.backoff < u);
+            match res {
                 Ok(v) => return Ok(v),
-                Err(e) if attempt + 1 < attempts && retry_if(&e) => {
+                Err(e) if more && retry_if(&e) => {
                     debug!(error = %e, attempt, what, "retrying");
                     let wait = if matches!(e, FsError::NotLeader { .. }) {
                         // the next attempt goes to another master; no need to wait long
                         self.backoff / 4
-                    } else {
+                    } else if within {
                         self.backoff * (attempt + 1)
+                    } else {
+                        self.backoff
                     };
                     tokio::time::sleep(wait).await;
                     attempt += 1;
@@ -65,6 +89,39 @@ mod tests {
             attempts,
             backoff: Duration::from_millis(1),
         }
+    }
+
+    /// With a deadline, retries go on past the attempts until it passes.
+    #[tokio::test]
+    async fn a_deadline_keeps_retrying_past_the_attempts() {
+        let calls = AtomicU32::new(0);
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        let v = policy(2)
+            .run_if_until("t", FsError::is_retryable, Some(until), |_| async {
+                if calls.fetch_add(1, Ordering::SeqCst) < 6 {
+                    Err(FsError::NotLeader {
+                        leader: String::new(),
+                    })
+                } else {
+                    Ok(7)
+                }
+            })
+            .await
+            .unwrap();
+        assert_eq!((v, calls.load(Ordering::SeqCst)), (7, 7));
+        // past the deadline, the attempts alone count
+        let calls = AtomicU32::new(0);
+        let gone = std::time::Instant::now();
+        let e = policy(2)
+            .run_if_until("t", FsError::is_retryable, Some(gone), |_| async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                FsResult::<()>::Err(FsError::Unavailable {
+                    message: "down".into(),
+                })
+            })
+            .await;
+        assert!(e.is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]

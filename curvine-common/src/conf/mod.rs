@@ -122,6 +122,62 @@ pub struct MasterConf {
     /// How long an idle runtime thread polls for the next request before it sleeps
     /// (see [`crate::busy_poll`]); 0 = sleep at once.
     pub busy_poll: Dur,
+    /// This master's id among `peers` (replicated masters only).
+    pub node_id: u64,
+    /// Every master of a replicated group, this one included, as `"ID=host:port"`.
+    /// Empty = one master without replication.
+    pub peers: Vec<String>,
+    /// A follower that hears no leader for this long (up to twice it, randomized)
+    /// starts an election.
+    pub election_timeout: Dur,
+    /// How often the leader sends heartbeats to the followers.
+    pub heartbeat_interval: Dur,
+}
+
+/// One master of a replicated group (`master.peers`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub id: u64,
+    /// `host:port` of the master's RPC port.
+    pub addr: String,
+}
+
+impl MasterConf {
+    /// The masters of `peers`, checked: unique ids (non-zero) and addresses, each with
+    /// a `host:port`, and `node_id` among them. Empty when replication is off.
+    pub fn peer_list(&self) -> FsResult<Vec<Peer>> {
+        let mut out: Vec<Peer> = Vec::with_capacity(self.peers.len());
+        for p in &self.peers {
+            let bad = || {
+                FsError::config(format!(
+                    "master.peers: {p:?} is not \"ID=host:port\" with a non-zero numeric ID"
+                ))
+            };
+            let (id, addr) = p.split_once('=').ok_or_else(bad)?;
+            let id: u64 = id.trim().parse().map_err(|_| bad())?;
+            let addr = addr.trim();
+            match addr.rsplit_once(':') {
+                Some((h, port)) if !h.is_empty() && port.parse::<u16>().is_ok() && id != 0 => {}
+                _ => return Err(bad()),
+            }
+            if out.iter().any(|q| q.id == id || q.addr == addr) {
+                return Err(FsError::config(format!(
+                    "master.peers: {p:?} repeats an id or an address"
+                )));
+            }
+            out.push(Peer {
+                id,
+                addr: addr.to_string(),
+            });
+        }
+        if !out.is_empty() && !out.iter().any(|p| p.id == self.node_id) {
+            return Err(FsError::config(format!(
+                "master.node_id {} is not among master.peers",
+                self.node_id
+            )));
+        }
+        Ok(out)
+    }
 }
 
 impl Default for MasterConf {
@@ -155,6 +211,10 @@ impl Default for MasterConf {
             threads: 1,
             local_socket: PathBuf::new(),
             busy_poll: Dur(Duration::from_micros(50)),
+            node_id: 0,
+            peers: Vec::new(),
+            election_timeout: Dur(Duration::from_millis(1000)),
+            heartbeat_interval: Dur(Duration::from_millis(200)),
         }
     }
 }
@@ -561,6 +621,18 @@ impl ClusterConf {
         if self.client.master_addrs.is_empty() {
             return Err(FsError::config("client.master_addrs must not be empty"));
         }
+        self.master.peer_list()?;
+        let (hb, el) = (
+            self.master.heartbeat_interval.get(),
+            self.master.election_timeout.get(),
+        );
+        if hb.is_zero() || el < hb * 3 {
+            // a follower must hear several heartbeats before it may call an election
+            return Err(FsError::config(format!(
+                "master.heartbeat_interval must be positive and master.election_timeout at \
+                 least three times it (now {hb:?} and {el:?})"
+            )));
+        }
         if self.client.frame_size.0 == 0 {
             return Err(FsError::config("client.frame_size must be positive"));
         }
@@ -693,6 +765,48 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("master.file_cache") && e.contains("64KB"), "{e}");
+    }
+
+    #[test]
+    fn peers_parse_and_bad_ones_are_refused() {
+        let conf = ClusterConf::parse("").unwrap();
+        assert!(
+            conf.master.peer_list().unwrap().is_empty(),
+            "no peers by default"
+        );
+        let conf = ClusterConf::parse(
+            "[master]\nnode_id = 2\npeers = [\"1=h1:8995\", \"2=h2:8995\", \"3 = h3:7\"]\n\
+             election_timeout = \"600ms\"\nheartbeat_interval = \"100ms\"\n",
+        )
+        .unwrap();
+        let peers = conf.master.peer_list().unwrap();
+        assert_eq!(peers.len(), 3);
+        assert_eq!(
+            peers[2],
+            Peer {
+                id: 3,
+                addr: "h3:7".into()
+            }
+        );
+        assert_eq!(
+            conf.master.election_timeout.get(),
+            Duration::from_millis(600)
+        );
+        for bad in [
+            "node_id = 4\npeers = [\"1=h1:1\", \"2=h2:1\"]",
+            "node_id = 1\npeers = [\"1=h1:1\", \"1=h2:1\"]",
+            "node_id = 1\npeers = [\"1=h1:1\", \"2=h1:1\"]",
+            "node_id = 1\npeers = [\"1=h1\"]",
+            "node_id = 0\npeers = [\"0=h1:1\"]",
+            "node_id = 1\npeers = [\"x=h1:1\"]",
+            "election_timeout = \"200ms\"\nheartbeat_interval = \"100ms\"",
+        ] {
+            let e = ClusterConf::parse(&format!("[master]\n{bad}\n"));
+            assert!(
+                matches!(e, Err(FsError::Config { .. })),
+                "{bad:?} was accepted"
+            );
+        }
     }
 
     #[test]

@@ -437,6 +437,10 @@ impl Namespace {
     /// Remove files whose writer stopped renewing its lease.
     pub fn expire_leases(&self) -> FsResult<Vec<(u64, u64)>> {
         let mut out = Vec::new();
+        if !self.leads() {
+            // a follower's leases are the leader's as of the last entry; it acts on none
+            return Ok(out);
+        }
         for id in self.leases.expired(self.conf.lease_timeout.0) {
             info!(inode = id, "lease expired; removing the partial file");
             let ((), seq) = self.abandon(id, "", None)?;

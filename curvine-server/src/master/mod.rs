@@ -8,7 +8,8 @@
 //! (writer leases), `changes` (the change log mounts follow), `service` (the tonic
 //! service); under-stores: `mounts`, `ufs_meta` (metadata), `persist` (uploads),
 //! `ufs_write` (renames, deletes, read-only mounts), `ttl`; `purge` (recursive deletes
-//! of large subtrees in bounded entries).
+//! of large subtrees in bounded entries); `raft` and `replicated` (replicated masters:
+//! openraft's log, state machine and RPCs, and the leader's mutations).
 
 mod apply;
 mod attrs;
@@ -25,7 +26,9 @@ mod mounts;
 mod namespace;
 mod persist;
 mod purge;
+mod raft;
 mod records;
+mod replicated;
 mod replication;
 mod service;
 mod store;
@@ -62,6 +65,7 @@ use tracing::{error, info, warn};
 
 pub use attrs::{XATTR_CREATE, XATTR_REPLACE};
 pub use namespace::Namespace;
+pub use raft::group_id;
 pub use replication::ReplicationStats;
 pub use tree::{RENAME_EXCHANGE, RENAME_NOREPLACE};
 
@@ -96,10 +100,23 @@ pub async fn run_with_web(
     let mconf = conf.master.clone();
     let sync = conf.journal.sync;
     let lost_timeout = conf.master.worker_lost_timeout.0;
-    let ns = tokio::task::spawn_blocking(move || Namespace::load(mconf, sync, lost_timeout))
-        .await
-        .map_err(|e| FsError::internal(format!("open namespace: {e}")))??;
+    let group = (!conf.master.peers.is_empty()).then(|| raft::group_id(&conf));
+    let cluster = group.clone();
+    let ns =
+        tokio::task::spawn_blocking(move || Namespace::load_as(mconf, sync, lost_timeout, cluster))
+            .await
+            .map_err(|e| FsError::internal(format!("open namespace: {e}")))??;
     let ns = Arc::new(ns);
+    let replica = match group {
+        Some(_) => {
+            let cid = ns.cluster_id().to_string();
+            let rep =
+                raft::Replica::start(&conf, ns.store.clone(), Arc::downgrade(&ns), cid).await?;
+            let _ = ns.replica.set(rep.clone());
+            Some(rep)
+        }
+        None => None,
+    };
     info!(%addr, cluster_id = %ns.cluster_id(), "master serving");
     if !conf.mount.is_empty() {
         // a store that is down must not keep the master from serving the rest
@@ -185,10 +202,18 @@ pub async fn run_with_web(
     let grpc = MasterServiceServer::from_arc(svc)
         .max_decoding_message_size(256 << 20)
         .max_encoding_message_size(256 << 20);
-    let grpc = tonic::service::interceptor::InterceptedService::new(grpc, auth);
+    let grpc = tonic::service::interceptor::InterceptedService::new(grpc, auth.clone());
+    let raft_svc = replica.as_ref().map(|r| {
+        let svc = r.service(ns.cluster_id());
+        let svc = curvine_common::proto::raft_service_server::RaftServiceServer::new(svc)
+            .max_decoding_message_size(256 << 20)
+            .max_encoding_message_size(256 << 20);
+        tonic::service::interceptor::InterceptedService::new(svc, auth)
+    });
     serving.store(true, std::sync::atomic::Ordering::Release);
     let served = tonic::transport::Server::builder()
         .add_service(grpc)
+        .add_optional_service(raft_svc)
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::ReceiverStream::new(grpc_rx),
             cancel.cancelled(),
@@ -206,6 +231,10 @@ pub async fn run_with_web(
         }
     }
     ns.tasks.shutdown(TASKS_STOP_DEADLINE).await;
+    if let Some(rep) = replica {
+        // the state machine holds the namespace only weakly; Raft's tasks end here
+        rep.shutdown().await;
+    }
     ns.syncer.stop();
     // Connection tasks may still hold the service for a moment; RocksDB must be closed
     // before we return so the same meta_dir can be reopened in this process.

@@ -33,7 +33,9 @@ const MAX_SYMLINK_HOPS: u32 = 40;
 pub struct Namespace {
     pub(super) store: Arc<Store>,
     pub(super) conf: MasterConf,
-    mu: Mutex<Counters>,
+    /// The mutation lock, and the counters as of the last mutation (a single master;
+    /// replicated, the store holds them: `counters`).
+    pub(super) mu: Mutex<Counters>,
     pub(super) syncer: Syncer,
     pub(super) leases: Leases,
     pub(super) workers: Workers,
@@ -54,6 +56,8 @@ pub struct Namespace {
     pub(super) opened: super::ttl::LastOpen,
     /// Wakes the task that removes detached subtrees (large recursive deletes).
     pub(super) purge: super::purge::Purge,
+    /// Replicated masters (`master.peers`): this master's Raft node, set once at start.
+    pub(super) replica: std::sync::OnceLock<Arc<super::raft::Replica>>,
 }
 
 /// Read access shared by the store (lock-free reads) and a transaction (its own
@@ -81,9 +85,9 @@ pub(super) struct Txn<'a> {
     pub store: &'a Store,
     pub counters: Counters,
     pub now: i64,
-    entry: JournalEntry,
-    inodes: HashMap<u64, Option<InodeRec>>,
-    edges: HashMap<(u64, String), Option<u64>>,
+    pub(super) entry: JournalEntry,
+    pub(super) inodes: HashMap<u64, Option<InodeRec>>,
+    pub(super) edges: HashMap<(u64, String), Option<u64>>,
 }
 
 impl Reader for Txn<'_> {
@@ -479,6 +483,18 @@ impl Namespace {
         sync: bool,
         lost_timeout: std::time::Duration,
     ) -> FsResult<Namespace> {
+        Self::load_as(conf, sync, lost_timeout, None)
+    }
+
+    /// [`load`](Self::load), formatting with cluster id `cluster` and a root whose times
+    /// are 0 when given: every master of a replicated group formats the same state, on
+    /// which the same log then gives the same namespace.
+    pub fn load_as(
+        conf: MasterConf,
+        sync: bool,
+        lost_timeout: std::time::Duration,
+        cluster: Option<String>,
+    ) -> FsResult<Namespace> {
         let store = Arc::new(Store::open(
             &conf.meta_dir,
             conf.meta_write_buffer.0,
@@ -487,7 +503,7 @@ impl Namespace {
             usize::try_from(conf.file_cache.0).unwrap_or(usize::MAX),
         )?);
         if !store.is_formatted()? {
-            format(&store)?;
+            super::upgrade::format(&store, cluster)?;
         }
         super::upgrade::upgrade(&store)?;
         let counters = store.counters()?;
@@ -515,6 +531,7 @@ impl Namespace {
             persister: Default::default(),
             opened: Default::default(),
             purge: Default::default(),
+            replica: Default::default(),
         };
         ns.workers.load(&ns.store)?;
         // Writers of files open before the restart get a fresh lease to continue.
@@ -535,6 +552,10 @@ impl Namespace {
     }
 
     pub fn counters(&self) -> Counters {
+        if self.replica.get().is_some() {
+            // applied by the state machine, which leaves `mu` alone
+            return self.store.counters().unwrap_or_default();
+        }
         *self.mu.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -550,6 +571,9 @@ impl Namespace {
         origin: u64,
         f: impl FnOnce(&mut Txn<'_>) -> FsResult<R>,
     ) -> FsResult<(R, u64)> {
+        if let Some(rep) = self.replica.get() {
+            return self.mutate_replicated(rep, origin, f);
+        }
         let mut guard = self.mu.lock().unwrap_or_else(|p| p.into_inner());
         let mut txn = Txn {
             store: &self.store,
@@ -589,9 +613,9 @@ impl Namespace {
         Ok((r, seq))
     }
 
-    /// Bring the master's memory up to date with an applied entry's effects (under the
-    /// mutation lock, in apply order).
-    fn apply_effects(&self, fx: &Effects) {
+    /// Bring the master's memory up to date with an applied entry's effects (in apply
+    /// order: under the mutation lock, or in the replicated state machine).
+    pub(super) fn apply_effects(&self, fx: &Effects) {
         for &id in &fx.released {
             self.leases.release(id);
         }
@@ -755,50 +779,4 @@ impl Namespace {
             ..Default::default()
         }
     }
-}
-
-fn format(store: &Store) -> FsResult<()> {
-    let now = now_ms();
-    let root = InodeRec {
-        id: InodeId::ROOT.0,
-        file_type: FileType::Dir as i32,
-        mode: 0o777,
-        mtime_ms: now,
-        atime_ms: now,
-        ctime_ms: now,
-        nlink: 2,
-        ..Default::default()
-    };
-    let counters = Counters {
-        next_inode: InodeId::ROOT.0 + 1,
-        next_worker: 1,
-        files: 0,
-        dirs: 1,
-        blocks: 0,
-        next_mount: 1,
-    };
-    let pid = std::process::id();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let cluster_id = format!("cv-{:x}-{:x}", nanos, pid);
-    let mut e = JournalEntry::default();
-    e.push(Kind::PutInode(root));
-    e.push(Kind::PutMeta(MetaRec {
-        key: store::META_COUNTERS.to_vec(),
-        value: counters.encode_to_vec(),
-    }));
-    e.push(Kind::PutMeta(MetaRec {
-        key: store::META_CLUSTER_ID.to_vec(),
-        value: cluster_id.clone().into_bytes(),
-    }));
-    e.push(Kind::PutMeta(MetaRec {
-        key: store::META_FORMAT.to_vec(),
-        value: Store::format_version().to_vec(),
-    }));
-    store.apply(&e)?;
-    store.sync_wal()?;
-    info!(%cluster_id, "formatted a new namespace");
-    Ok(())
 }

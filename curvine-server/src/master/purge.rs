@@ -186,6 +186,14 @@ pub async fn purge_loop(ns: Arc<Namespace>, task: Task, fault_scope: String) {
                 continue;
             }
         };
+        if !roots.is_empty() && !ns.leads() {
+            // the leader purges; its entries remove the roots here too
+            task.idle();
+            if !task.sleep(RETRY_AFTER).await {
+                return;
+            }
+            continue;
+        }
         if roots.is_empty() {
             task.idle();
             tokio::select! {

@@ -21,6 +21,10 @@ pub const CF_EDGES: &str = "edges";
 pub const CF_BLOCKS: &str = "blocks";
 pub const CF_WORKER_BLOCKS: &str = "worker_blocks";
 pub const CF_META: &str = "meta";
+/// Replicated masters: the Raft log (index, BE u64 -> encoded entry) ...
+pub const CF_RAFT_LOG: &str = "raft_log";
+/// ... and the vote, the last purged log id and what the state machine applied.
+pub const CF_RAFT_META: &str = "raft_meta";
 
 pub const META_COUNTERS: &[u8] = b"counters";
 pub const META_CLUSTER_ID: &[u8] = b"cluster_id";
@@ -125,23 +129,31 @@ impl Store {
         // Each column family may take half of `write_buffer`: inodes and edges take
         // nearly all the writes of a namespace, and `set_db_write_buffer_size` above
         // has RocksDB flush early once all of them together come near the cap.
-        let cfs = [CF_INODES, CF_EDGES, CF_BLOCKS, CF_WORKER_BLOCKS, CF_META]
-            .into_iter()
-            .map(|n| {
-                let mut o = Options::default();
-                o.set_write_buffer_size(write_buffer / 2);
-                o.set_max_write_buffer_number(2);
-                o.set_block_based_table_factory(&table);
-                // Every create updates its directory's inode, so each flushed table of
-                // inodes spans from that directory's id to the newest file's: a
-                // compaction into one big last level rewrote all of it, every few
-                // seconds (26 MB at 300,000 files, and 10+ MB of memory while it ran).
-                // A small base level and small tables keep each compaction's work and
-                // memory bounded as the namespace grows.
-                o.set_max_bytes_for_level_base(16 << 20);
-                o.set_target_file_size_base(4 << 20);
-                ColumnFamilyDescriptor::new(n, o)
-            });
+        let cfs = [
+            CF_INODES,
+            CF_EDGES,
+            CF_BLOCKS,
+            CF_WORKER_BLOCKS,
+            CF_META,
+            CF_RAFT_LOG,
+            CF_RAFT_META,
+        ]
+        .into_iter()
+        .map(|n| {
+            let mut o = Options::default();
+            o.set_write_buffer_size(write_buffer / 2);
+            o.set_max_write_buffer_number(2);
+            o.set_block_based_table_factory(&table);
+            // Every create updates its directory's inode, so each flushed table of
+            // inodes spans from that directory's id to the newest file's: a
+            // compaction into one big last level rewrote all of it, every few
+            // seconds (26 MB at 300,000 files, and 10+ MB of memory while it ran).
+            // A small base level and small tables keep each compaction's work and
+            // memory bounded as the namespace grows.
+            o.set_max_bytes_for_level_base(16 << 20);
+            o.set_target_file_size_base(4 << 20);
+            ColumnFamilyDescriptor::new(n, o)
+        });
         let db = DB::open_cf_descriptors(&opts, dir, cfs)
             .map_err(|e| db_err(&format!("open {}", dir.display()), e))?;
         Ok(Store {
@@ -439,6 +451,50 @@ impl Store {
             mib(CF_INODES, "rocksdb.block-cache-pinned-usage"),
         ));
         out
+    }
+
+    /// Write `batch` of the replication log or vote (column families `raft_*`, which no
+    /// cache holds) atomically, synced when `sync`.
+    pub(super) fn write_raw(&self, batch: WriteBatch, sync: bool) -> FsResult<()> {
+        let mut wo = WriteOptions::default();
+        wo.set_sync(sync);
+        self.db
+            .write_opt(batch, &wo)
+            .map_err(|e| db_err("write raft log", e))
+    }
+
+    pub(super) fn raft_meta(&self, key: &[u8]) -> FsResult<Option<Vec<u8>>> {
+        Ok(self.get_raw(CF_RAFT_META, key)?.map(|v| v.to_vec()))
+    }
+
+    /// The encoded log entries with indexes in `from..to`, in order.
+    pub(super) fn raft_log(&self, from: u64, to: u64) -> FsResult<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        let start = from.to_be_bytes();
+        for item in self.db.iterator_cf(
+            self.cf(CF_RAFT_LOG)?,
+            IteratorMode::From(&start, Direction::Forward),
+        ) {
+            let (k, v) = item.map_err(|e| db_err("scan raft log", e))?;
+            match be_u64(&k) {
+                Some(i) if i < to => out.push(v.to_vec()),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// The encoded last entry of the log, if any.
+    pub(super) fn raft_log_last(&self) -> FsResult<Option<Vec<u8>>> {
+        let mut it = self
+            .db
+            .iterator_cf(self.cf(CF_RAFT_LOG)?, IteratorMode::End);
+        match it.next() {
+            Some(item) => Ok(Some(
+                item.map_err(|e| db_err("scan raft log", e))?.1.to_vec(),
+            )),
+            None => Ok(None),
+        }
     }
 
     /// Make every write so far durable (one fsync of the WAL).

@@ -4,14 +4,18 @@
 //! - `1` -> `2`: a directory's nlink became 2 plus its subdirectories (it was 1, and
 //!   mkdir, rmdir and rename only adjust it by one since), so each directory's count is
 //!   computed from the inodes once.
+//!
+//! `format` writes the first state of an empty store.
 
 use std::collections::HashMap;
 
 use curvine_common::proto::FileType;
-use curvine_common::{FsError, FsResult};
+use curvine_common::types::now_ms;
+use curvine_common::{FsError, FsResult, InodeId};
+use prost::Message;
 use tracing::info;
 
-use super::records::{op::Kind, JournalEntry, MetaRec};
+use super::records::{op::Kind, Counters, InodeRec, JournalEntry, MetaRec};
 use super::store::{self, Store};
 
 /// Inodes rewritten per journal entry (one RocksDB write batch).
@@ -75,4 +79,53 @@ fn count_directory_links(store: &Store) -> FsResult<usize> {
     store.apply(&entry)?;
     store.sync_wal()?;
     Ok(fixed)
+}
+
+/// Format an empty store: the root, the counters, the cluster id (`cluster`, or a new
+/// one) and the format version.
+pub(super) fn format(store: &Store, cluster: Option<String>) -> FsResult<()> {
+    // replicated masters format alike, so the root's times cannot be each one's clock
+    let now = if cluster.is_some() { 0 } else { now_ms() };
+    let root = InodeRec {
+        id: InodeId::ROOT.0,
+        file_type: FileType::Dir as i32,
+        mode: 0o777,
+        mtime_ms: now,
+        atime_ms: now,
+        ctime_ms: now,
+        nlink: 2,
+        ..Default::default()
+    };
+    let counters = Counters {
+        next_inode: InodeId::ROOT.0 + 1,
+        next_worker: 1,
+        files: 0,
+        dirs: 1,
+        blocks: 0,
+        next_mount: 1,
+    };
+    let pid = std::process::id();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let cluster_id = cluster.unwrap_or_else(|| format!("cv-{:x}-{:x}", nanos, pid));
+    let mut e = JournalEntry::default();
+    e.push(Kind::PutInode(root));
+    e.push(Kind::PutMeta(MetaRec {
+        key: store::META_COUNTERS.to_vec(),
+        value: counters.encode_to_vec(),
+    }));
+    e.push(Kind::PutMeta(MetaRec {
+        key: store::META_CLUSTER_ID.to_vec(),
+        value: cluster_id.clone().into_bytes(),
+    }));
+    e.push(Kind::PutMeta(MetaRec {
+        key: store::META_FORMAT.to_vec(),
+        value: Store::format_version().to_vec(),
+    }));
+    store.apply(&e)?;
+    store.sync_wal()?;
+    info!(%cluster_id, "formatted a new namespace");
+    Ok(())
 }

@@ -1,7 +1,9 @@
 //! MiniCluster: a master and N workers in this process, on ephemeral 127.0.0.1 ports and
 //! temp dirs, for integration tests. `start()` returns once every worker is registered;
 //! nodes can be stopped and restarted (same ports, same dirs) for fault tests.
+//! `ha::HaCluster`: replicated masters.
 
+pub mod ha;
 pub mod http;
 pub mod s3;
 

@@ -1,0 +1,246 @@
+//! Replication of the namespace between masters through openraft (`master.peers`).
+//!
+//! Each mutation's journal entry is one log entry ([`Proposal`]). The log and the vote
+//! live in the master's RocksDB (`log_store`); the state machine is `apply::step` on
+//! each committed entry, its batch written with the applied log id (`state_machine`);
+//! the RPCs between masters are the gRPC service `RaftService` on the master's port
+//! (`network`), in our own encoding (`wire`). Raft runs on a runtime of its own, so a
+//! mutation waiting for its commit on a client's runtime thread never holds up the
+//! replication it waits for.
+
+mod log_store;
+mod network;
+mod state_machine;
+pub(super) mod wire;
+
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use curvine_common::{ClusterConf, FsError, FsResult};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, RaftMetrics, SnapshotPolicy};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use super::namespace::Namespace;
+use super::records::JournalEntry;
+use super::store::Store;
+
+pub use network::RaftSvc;
+
+/// One log entry's payload: a mutation's journal entry and the client it was made for
+/// (`CallerInfo.client_id`, 0 for the master's own), which the change log reports.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Proposal {
+    #[prost(uint64, tag = "1")]
+    pub origin: u64,
+    #[prost(message, optional, tag = "2")]
+    pub entry: Option<JournalEntry>,
+}
+
+openraft::declare_raft_types!(
+    /// The master's openraft types.
+    pub Cfg:
+        D = Proposal,
+        R = (),
+        NodeId = u64,
+        Node = BasicNode,
+        SnapshotData = Cursor<Vec<u8>>,
+);
+
+pub type Raft = openraft::Raft<Cfg>;
+
+/// The cluster id of a replicated group, the same on every master: made of
+/// `cluster.name` and `master.peers` (a master configured for another group is refused).
+pub fn group_id(conf: &ClusterConf) -> String {
+    let mut peers: Vec<String> = (conf.master.peer_list())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| format!("{}={}", p.id, p.addr))
+        .collect();
+    peers.sort();
+    // FNV-1a: stable across builds and platforms
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in peers.join(",").bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("cv-{}-{h:016x}", conf.cluster.name)
+}
+
+/// This master's place in the replicated group.
+pub struct Replica {
+    pub id: u64,
+    raft: Raft,
+    /// id -> `host:port` of every master (`master.peers`).
+    peers: BTreeMap<u64, String>,
+    metrics: watch::Receiver<RaftMetrics<u64, BasicNode>>,
+    handle: tokio::runtime::Handle,
+    runtime: Mutex<Option<tokio::runtime::Runtime>>,
+}
+
+impl Replica {
+    /// Start this master's Raft node over `store`, applying committed entries to `ns`.
+    /// A group whose log is empty everywhere is initialized with `master.peers` as its
+    /// members (every master proposes the same membership; openraft accepts that).
+    pub async fn start(
+        conf: &ClusterConf,
+        store: Arc<Store>,
+        ns: Weak<Namespace>,
+        cluster_id: String,
+    ) -> FsResult<Arc<Replica>> {
+        let m = &conf.master;
+        let peers: BTreeMap<u64, String> =
+            m.peer_list()?.into_iter().map(|p| (p.id, p.addr)).collect();
+        let ms = |d: Duration| d.as_millis().max(1) as u64;
+        let config = openraft::Config {
+            cluster_name: cluster_id.clone(),
+            election_timeout_min: ms(m.election_timeout.get()),
+            election_timeout_max: 2 * ms(m.election_timeout.get()),
+            heartbeat_interval: ms(m.heartbeat_interval.get()),
+            // no snapshots yet: the log is kept whole
+            snapshot_policy: SnapshotPolicy::Never,
+            max_in_snapshot_log_to_keep: u64::MAX,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| FsError::config(format!("master replication: {e}")))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("master-raft")
+            .enable_all()
+            .build()
+            .map_err(|e| FsError::io_ctx("start the raft runtime", e))?;
+        let handle = runtime.handle().clone();
+        let log = log_store::LogStore::new(store.clone(), conf.journal.sync);
+        let sm = state_machine::StateMachine::open(store, ns)?;
+        let net = network::Net {
+            cluster_id,
+            from: m.node_id,
+            token: conf.cluster.auth_token.clone(),
+            connect_timeout: conf.client.connect_timeout.get(),
+        };
+        let id = m.node_id;
+        let raft = handle
+            .spawn(async move { Raft::new(id, Arc::new(config), net, log, sm).await })
+            .await
+            .map_err(|e| FsError::internal(format!("start raft: {e}")))?
+            .map_err(|e| FsError::internal(format!("start raft: {e}")))?;
+        let members: BTreeMap<u64, BasicNode> = peers
+            .iter()
+            .map(|(id, a)| (*id, BasicNode::new(a)))
+            .collect();
+        let r = raft.clone();
+        handle
+            .spawn(async move {
+                match r.is_initialized().await {
+                    Ok(false) => match r.initialize(members).await {
+                        Ok(()) => info!("initialized the master group"),
+                        Err(e) => debug!(error = %e, "the master group was initialized elsewhere"),
+                    },
+                    Ok(true) => {}
+                    Err(e) => warn!(error = %e, "raft stopped before it was initialized"),
+                }
+            })
+            .await
+            .map_err(|e| FsError::internal(format!("initialize raft: {e}")))?;
+        info!(node_id = id, peers = ?peers, "master replication started");
+        Ok(Arc::new(Replica {
+            id,
+            metrics: raft.metrics(),
+            raft,
+            peers,
+            handle,
+            runtime: Mutex::new(Some(runtime)),
+        }))
+    }
+
+    /// The gRPC service other masters call.
+    pub fn service(&self, cluster_id: &str) -> RaftSvc {
+        RaftSvc {
+            raft: self.raft.clone(),
+            cluster_id: cluster_id.to_string(),
+        }
+    }
+
+    fn leader_addr(&self, leader: Option<u64>) -> String {
+        leader
+            .and_then(|l| self.peers.get(&l))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// `Ok` when this master is the leader; else `NotLeader` naming the leader it knows.
+    pub fn check_leader(&self) -> FsResult<()> {
+        let m = self.metrics.borrow();
+        if m.state.is_leader() && m.current_leader == Some(self.id) {
+            Ok(())
+        } else {
+            Err(FsError::NotLeader {
+                leader: self.leader_addr(m.current_leader),
+            })
+        }
+    }
+
+    /// Whether this master leads now (background work only the leader does).
+    pub fn is_leader(&self) -> bool {
+        self.check_leader().is_ok()
+    }
+
+    /// Propose `p` and wait, blocking the calling thread, until it is committed and
+    /// applied here. `NotLeader`: it was not taken (or was dropped from the log, so
+    /// never applied) and may be retried on the leader; `Unavailable`: this master
+    /// stopped or lost its place, and the entry may still be committed by the next
+    /// leader.
+    pub fn propose(&self, p: Proposal) -> FsResult<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let raft = self.raft.clone();
+        self.handle.spawn(async move {
+            let _ = tx.send(raft.client_write(p).await);
+        });
+        match rx.recv() {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                Err(FsError::NotLeader {
+                    leader: self.leader_addr(f.leader_id),
+                })
+            }
+            Ok(Err(e)) => Err(FsError::Unavailable {
+                message: format!("replication: {e}"),
+            }),
+            Err(_) => Err(FsError::Unavailable {
+                message: "replication stopped".into(),
+            }),
+        }
+    }
+
+    /// Run `f`, which blocks, where it does not stall a runtime thread's other tasks:
+    /// on a worker of a multi-thread runtime through `block_in_place`.
+    pub fn blocking<T>(&self, f: impl FnOnce() -> T) -> T {
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(f)
+            }
+            _ => f(),
+        }
+    }
+
+    /// Stop Raft and its runtime.
+    pub async fn shutdown(&self) {
+        let raft = self.raft.clone();
+        let _ = self
+            .handle
+            .spawn(async move { raft.shutdown().await })
+            .await;
+        let rt = self
+            .runtime
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(rt) = rt {
+            rt.shutdown_background();
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! Mutations of replicated masters (`master.peers`): the leader builds a mutation's
+//! journal entry as a single master does, proposes it, and answers once the entry is
+//! committed and applied; every master applies committed entries alike.
+
+use std::collections::HashMap;
+
+use curvine_common::types::now_ms;
+use curvine_common::FsResult;
+use prost::Message;
+
+use super::apply::{self, Applied};
+use super::namespace::{Namespace, Txn};
+use super::raft::{Proposal, Replica};
+use super::records::JournalEntry;
+use super::store::{self, CF_RAFT_META};
+
+impl Namespace {
+    /// Whether this master acts on the namespace on its own (expires leases, purges
+    /// detached subtrees): a single master, or the leader of a replicated group.
+    pub(super) fn leads(&self) -> bool {
+        self.replica.get().is_none_or(|r| r.is_leader())
+    }
+
+    /// `mutate` on a replicated master. A follower refuses with `NotLeader` before it
+    /// builds anything. The leader holds the mutation lock until its entry is applied,
+    /// so the next mutation's `Txn` reads the state this one made. Returns sequence 0:
+    /// the entry is durable on a majority of the masters once committed.
+    pub(super) fn mutate_replicated<R>(
+        &self,
+        rep: &Replica,
+        origin: u64,
+        f: impl FnOnce(&mut Txn<'_>) -> FsResult<R>,
+    ) -> FsResult<(R, u64)> {
+        rep.check_leader()?;
+        rep.blocking(|| {
+            let _guard = self.mu.lock().unwrap_or_else(|p| p.into_inner());
+            let counters = self.store.counters()?;
+            let mut txn = Txn {
+                store: &self.store,
+                counters,
+                now: now_ms(),
+                entry: JournalEntry::default(),
+                inodes: HashMap::new(),
+                edges: HashMap::new(),
+            };
+            let r = f(&mut txn)?;
+            if txn.counters != counters {
+                let c = txn.counters.encode_to_vec();
+                txn.put_meta(store::META_COUNTERS.to_vec(), c);
+            }
+            if !txn.entry.ops.is_empty() {
+                rep.propose(Proposal {
+                    origin,
+                    entry: Some(txn.entry),
+                })?;
+            }
+            Ok((r, 0))
+        })
+    }
+
+    /// Apply a committed entry (the state machine, on every master, in log order): its
+    /// batch and `applied` under `applied_key` in `raft_meta` in one write, then the
+    /// change log and the effects on memory.
+    pub(super) fn apply_committed(
+        &self,
+        origin: u64,
+        entry: &JournalEntry,
+        applied_key: &[u8],
+        applied: &[u8],
+    ) -> FsResult<()> {
+        let Applied { mut batch, effects } = apply::step(&self.store, entry)?;
+        let records = !batch.is_empty();
+        batch.put_cf(self.store.cf(CF_RAFT_META)?, applied_key, applied);
+        self.store.write(batch, entry)?;
+        if records {
+            self.changes.record(origin, entry);
+        }
+        self.apply_effects(&effects);
+        if effects.blocks_dropped {
+            self.repl.block_dropped();
+        }
+        Ok(())
+    }
+}

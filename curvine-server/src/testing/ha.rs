@@ -1,0 +1,148 @@
+//! A group of replicated masters (`master.peers`) in this process, on ephemeral
+//! 127.0.0.1 ports and temp dirs, without workers: for tests of replication and
+//! failover. Masters can be stopped and started again with their data.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use curvine_common::conf::Dur;
+use curvine_common::{ClusterConf, FsError, FsResult};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::{bind, local_addr, Node};
+
+pub struct HaCluster {
+    confs: Vec<ClusterConf>,
+    masters: Vec<Option<Node>>,
+    addrs: Vec<SocketAddr>,
+    _base: tempfile::TempDir,
+}
+
+impl HaCluster {
+    /// Start `n` masters with ids 1..=n and return once they are serving (a leader may
+    /// not be elected yet: see [`wait_leader`](Self::wait_leader)).
+    pub async fn start(n: usize) -> FsResult<HaCluster> {
+        let base = tempfile::Builder::new()
+            .prefix(&format!("curvine-mini-{}-", std::process::id()))
+            .tempdir()
+            .map_err(|e| FsError::io_ctx("create HaCluster dir", e))?;
+        let mut listeners = Vec::new();
+        for _ in 0..n {
+            listeners.push(bind("127.0.0.1:0").await?);
+        }
+        let addrs = listeners
+            .iter()
+            .map(local_addr)
+            .collect::<FsResult<Vec<_>>>()?;
+        let peers: Vec<String> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("{}={a}", i + 1))
+            .collect();
+        let mut confs = Vec::new();
+        for (i, a) in addrs.iter().enumerate() {
+            let mut c = ClusterConf::default();
+            c.master.hostname = "127.0.0.1".into();
+            c.master.rpc_port = a.port();
+            c.master.web_port = 0;
+            c.master.meta_dir = base.path().join(format!("meta{}", i + 1));
+            c.master.node_id = i as u64 + 1;
+            c.master.peers = peers.clone();
+            c.master.election_timeout = Dur(Duration::from_millis(500));
+            c.master.heartbeat_interval = Dur(Duration::from_millis(100));
+            c.client.hostname = "127.0.0.1".into();
+            c.client.master_addrs = addrs.iter().map(|a| a.to_string()).collect();
+            c.client.rpc_timeout = Dur(Duration::from_secs(10));
+            c.client.connect_timeout = Dur(Duration::from_secs(1));
+            c.log.level = "warn".into();
+            confs.push(c);
+        }
+        let mut cluster = HaCluster {
+            confs,
+            masters: (0..n).map(|_| None).collect(),
+            addrs,
+            _base: base,
+        };
+        for (i, l) in listeners.into_iter().enumerate() {
+            cluster.spawn(i, l);
+        }
+        Ok(cluster)
+    }
+
+    fn spawn(&mut self, i: usize, listener: TcpListener) {
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(crate::master::run(
+            self.confs[i].clone(),
+            listener,
+            cancel.clone(),
+        ));
+        self.masters[i] = Some(Node { cancel, task });
+    }
+
+    pub fn len(&self) -> usize {
+        self.addrs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.addrs.is_empty()
+    }
+
+    pub fn addr(&self, i: usize) -> SocketAddr {
+        self.addrs[i]
+    }
+
+    /// Client configuration naming every master.
+    pub fn client_conf(&self) -> ClusterConf {
+        self.confs[0].clone()
+    }
+
+    /// Client configuration naming master `i` alone, with one attempt per call: to
+    /// read what that master has, or to see it refuse.
+    pub fn conf_of(&self, i: usize) -> ClusterConf {
+        let mut c = self.confs[i].clone();
+        c.client.master_addrs = vec![self.addrs[i].to_string()];
+        c.client.rpc_retries = 1;
+        c
+    }
+
+    /// Stop master `i` (its calls end, RocksDB is closed; its data stays).
+    pub async fn stop(&mut self, i: usize) -> FsResult<()> {
+        match self.masters[i].take() {
+            Some(n) => n.stop().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Start master `i` again on its port with its data.
+    pub async fn start_again(&mut self, i: usize) -> FsResult<()> {
+        if self.masters[i].is_none() {
+            let l = bind(&self.addrs[i].to_string()).await?;
+            self.spawn(i, l);
+        }
+        Ok(())
+    }
+
+    pub fn running(&self, i: usize) -> bool {
+        self.masters[i].is_some()
+    }
+
+    /// Stop every master.
+    pub async fn shutdown(mut self) -> FsResult<()> {
+        let mut first = None;
+        for i in 0..self.masters.len() {
+            if let Err(e) = self.stop(i).await {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for HaCluster {
+    fn drop(&mut self) {
+        for n in self.masters.iter().flatten() {
+            n.cancel.cancel();
+        }
+    }
+}
