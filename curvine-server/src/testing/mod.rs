@@ -2,6 +2,8 @@
 //! temp dirs, for integration tests. `start()` returns once every worker is registered;
 //! nodes can be stopped and restarted (same ports, same dirs) for fault tests.
 
+#[cfg(feature = "ufs-azblob")]
+pub mod azurite;
 pub mod http;
 pub mod s3;
 
