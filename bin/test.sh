@@ -32,7 +32,7 @@ PJDFSTEST_FUSE_CONF='writeback_cache = true' bin/pjdfstest.sh
 echo "== Web console in a headless browser"
 bin/browser-test.sh
 echo "== Java tests"
-cargo build --release -p curvine-jni -p curvine-server
+cargo build --release -p curvine-jni -p curvine-server -p curvine-client
 (cd java && mvn -B -ntp test)
 echo "== every Hadoop contract suite ran"
 java/check-contract-suites.sh
