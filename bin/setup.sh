@@ -51,6 +51,16 @@ if [ "${SETUP_TEST_TOOLS:-0}" = 1 ]; then
     echo "setup: cargo install s3s-fs $S3S_FS_VERSION (test S3 server)"
     cargo install s3s-fs --locked --version "$S3S_FS_VERSION" --features binary
   fi
+  # Azurite, Azure Blob's emulator from npm (about a minute, 360 MB in node_modules): the
+  # azblob under-store test (curvine-server/tests/ufs_azblob.rs) starts it on loopback
+  az=curvine-server/tests/azurite
+  az_want="$(sed -n 's/.*"azurite": *"\(.*\)".*/\1/p' "$CURVINE_HOME/$az/package.json")"
+  az_have="$(sed -n 's/^ *"version": *"\(.*\)".*/\1/p' "$CURVINE_HOME/$az/node_modules/azurite/package.json" 2>/dev/null | head -1)"
+  if [ "$az_have" != "$az_want" ] || [ ! -x "$CURVINE_HOME/$az/node_modules/.bin/azurite-blob" ]; then
+    command -v npm >/dev/null 2>&1 || die "npm not found (apt-get install npm)"
+    echo "setup: npm ci in $az (Azurite $az_want, test Azure Blob server)"
+    (cd "$CURVINE_HOME/$az" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
 fi
 
 if [ "${SETUP_NO_BUILD:-0}" != 1 ]; then

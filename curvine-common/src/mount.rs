@@ -143,6 +143,8 @@ pub fn is_secret_option(key: &str) -> bool {
     }
     k.contains("secret")
         || k.contains("password")
+        // WebHDFS's delegation token
+        || k.contains("delegation")
         || k.contains("token")
         || k.contains("credential")
         || k.ends_with("_key")

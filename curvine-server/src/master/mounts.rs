@@ -247,6 +247,8 @@ impl Namespace {
 
     /// Remove the mount at `path`: what Curvine holds of it (entries, cached blocks)
     /// goes; the mount point stays as an empty directory; the under-store is untouched.
+    /// A mount of `master.delete_batch` entries or more is removed in the background
+    /// (`purge`), its mount point replaced by a new empty directory in this entry.
     pub async fn umount(self: &Arc<Self>, path: &str, c: &CallerInfo) -> FsResult<()> {
         let path = curvine_common::path::normalize(path)?;
         let _one = self.mounts.change.lock().await;
@@ -255,12 +257,33 @@ impl Namespace {
         };
         let ns = self.clone();
         let (p, cc, id) = (path.clone(), c.clone(), m.id());
-        let seq = tokio::task::spawn_blocking(move || {
+        let (detached, seq) = tokio::task::spawn_blocking(move || {
             ns.mutate(cc.client_id, |txn| {
                 let w = ns.walk(&*txn, &p, &cc, false)?;
                 let mut dir = w.existing()?.clone();
                 if let Some(parent) = &w.parent {
                     super::namespace::check(&cc, parent, 3, || w.parent_path())?;
+                }
+                txn.del_meta(mount_key(id));
+                let limit = u64::from(ns.conf.delete_batch.max(1));
+                if let Some(parent) = w.parent.as_ref().filter(|_| dir.children > 0) {
+                    if Namespace::count_below(txn, &dir, limit)? >= limit {
+                        // too much for one entry: the mount point's directory, with
+                        // everything below it, goes to the purge task, and a new empty
+                        // one (same name, owner, mode and times) takes its place
+                        let mut fresh = dir.clone();
+                        fresh.id = txn.alloc_inode();
+                        fresh.children = 0;
+                        fresh.nlink = 2;
+                        fresh.mount_id = 0;
+                        fresh.ufs = None;
+                        fresh.ctime_ms = txn.now;
+                        ns.detach(txn, parent.id, &w.name, dir.id)?;
+                        txn.link_entry_as(parent.id, &w.name, fresh.id, true)?;
+                        txn.put_inode(fresh);
+                        txn.counters.dirs += 1;
+                        return Ok(true);
+                    }
                 }
                 if dir.children > 0 {
                     ns.delete_contents(txn, &dir, &p, &root_caller())?;
@@ -270,14 +293,15 @@ impl Namespace {
                 dir.mount_id = 0;
                 dir.ufs = None;
                 txn.put_inode(dir);
-                txn.del_meta(mount_key(id));
-                Ok(())
+                Ok(false)
             })
         })
         .await
-        .map_err(|e| FsError::internal(format!("umount: {e}")))??
-        .1;
+        .map_err(|e| FsError::internal(format!("umount: {e}")))??;
         self.syncer.wait(seq).await?;
+        if detached {
+            self.purge.wake();
+        }
         self.mounts.write().retain(|x| x.id() != id);
         info!(path = %path, ufs = %m.info.ufs_uri, "unmounted");
         Ok(())

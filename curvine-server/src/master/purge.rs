@@ -7,6 +7,9 @@
 //! restart; nothing else can reach a detached subtree (no path leads into it), so the
 //! task is the only writer of its entries.
 //!
+//! `umount` and `resync` (a directory gone from the store) hand subtrees of that size to
+//! the same task.
+//!
 //! Until the task reaches them, the detached inodes still count in the master's file
 //! and directory totals, their blocks stay on the workers, and a file of the subtree
 //! that has another hard link outside it keeps that link count.
@@ -20,6 +23,7 @@ use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use super::namespace::{is_dir, Namespace, Txn};
+use super::records::InodeRec;
 
 /// `del/` ‖ inode id (BE u64) -> nothing: the root of a detached subtree.
 pub const META_DETACHED_PREFIX: &[u8] = b"del/";
@@ -73,9 +77,55 @@ impl Namespace {
         name: &str,
         ino: u64,
     ) -> FsResult<()> {
-        txn.unlink_entry_as(parent, name, true)?;
+        self.detach_as(txn, parent, name, ino, true)
+    }
+
+    /// `detach` of an entry that does not count in its directory's link count (an
+    /// under-store directory is linked without its `..`; `subdir` false then).
+    pub(super) fn detach_as(
+        &self,
+        txn: &mut Txn<'_>,
+        parent: u64,
+        name: &str,
+        ino: u64,
+        subdir: bool,
+    ) -> FsResult<()> {
+        txn.unlink_entry_as(parent, name, subdir)?;
         txn.put_meta(detached_key(ino), Vec::new());
         Ok(())
+    }
+
+    /// How many inodes lie below directory `dir`, counted no further than `limit`: at
+    /// most `limit` entries are read, so a caller can tell whether removing them in
+    /// its own entry would pass `master.delete_batch`.
+    pub(super) fn count_below(txn: &Txn<'_>, dir: &InodeRec, limit: u64) -> FsResult<u64> {
+        if u64::from(dir.children) >= limit {
+            return Ok(limit);
+        }
+        let mut seen = 0u64;
+        let mut dirs = vec![dir.id];
+        while let Some(d) = dirs.pop() {
+            let mut after = String::new();
+            loop {
+                let want = limit.saturating_sub(seen).clamp(1, 1024) as usize;
+                let (entries, more) = txn.store.list(d, &after, want)?;
+                for (_, id) in &entries {
+                    seen += 1;
+                    if seen >= limit {
+                        return Ok(seen);
+                    }
+                    match txn.inode_for_scan(*id)? {
+                        Some(c) if is_dir(&c) && c.children > 0 => dirs.push(c.id),
+                        _ => {}
+                    }
+                }
+                match entries.last() {
+                    Some((name, _)) if more => after = name.clone(),
+                    _ => break,
+                }
+            }
+        }
+        Ok(seen)
     }
 
     /// Roots of the subtrees detached and not yet removed.

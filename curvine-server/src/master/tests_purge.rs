@@ -163,3 +163,99 @@ fn a_refusal_deep_in_a_large_subtree_changes_nothing() {
     ns.delete("/u/big", true, &c).unwrap();
     assert_eq!(ns.detached_roots().unwrap().len(), 1);
 }
+
+/// A `file://` store with `n` files in `dir` (made if missing).
+fn store_files(root: &std::path::Path, dir: &str, n: usize) {
+    let d = root.join(dir);
+    std::fs::create_dir_all(&d).unwrap();
+    for i in 0..n {
+        std::fs::write(d.join(format!("f{i}")), b"x").unwrap();
+    }
+}
+
+/// `umount`, and a `resync` that finds a directory gone from the store, remove trees
+/// of more inodes than the batch as the recursive delete does: gone at once, removed
+/// by the purge task in bounded entries; smaller ones in their own entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn umount_and_resync_hand_large_trees_to_the_purge() {
+    let d = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    // 20 files at the top, `big` of 30 files and `big/sub` of 10, `small` of 3
+    store_files(store.path(), "", 20);
+    store_files(store.path(), "big", 30);
+    store_files(store.path(), "big/sub", 10);
+    store_files(store.path(), "small", 3);
+    let ns = std::sync::Arc::new(open(d.path(), 8));
+    let c = root();
+    let base = totals(&ns);
+    let info = |path: &str| MountInfo {
+        path: path.into(),
+        ufs_uri: format!("file://{}", store.path().display()),
+        mode: MountMode::Cache as i32,
+        sync_interval_ms: -1,
+        ..Default::default()
+    };
+    ns.mount(info("/m"), &c).await.unwrap();
+    ns.resync("/m").await.unwrap(); // loads every directory
+    assert_eq!(totals(&ns), (base.0 + 63, base.1 + 4));
+    let big = ns.get_status("/m/big", false, &c).unwrap().id;
+
+    // resync: `big` (41 inodes below it) left the store: gone at once, removed later
+    std::fs::remove_dir_all(store.path().join("big")).unwrap();
+    let s = ns.resync("/m").await.unwrap();
+    assert_eq!((s.removed, s.detached), (1, 1), "{s:?}");
+    assert!(matches!(
+        ns.get_status("/m/big", false, &c),
+        Err(FsError::NotFound { .. })
+    ));
+    assert_eq!(ns.detached_roots().unwrap(), [big]);
+    let steps = purge_all(&ns, big, 8, &mut Cursor::default());
+    assert_eq!(steps, 6, "42 inodes, 8 per entry");
+    assert_eq!(totals(&ns), (base.0 + 23, base.1 + 2));
+
+    // a directory below the batch goes in the resync's own entry
+    std::fs::remove_dir_all(store.path().join("small")).unwrap();
+    let s = ns.resync("/m").await.unwrap();
+    assert_eq!((s.removed, s.detached), (1, 0), "{s:?}");
+    assert!(ns.detached_roots().unwrap().is_empty());
+    assert_eq!(totals(&ns), (base.0 + 20, base.1 + 1));
+
+    // umount of 20 entries: the mount point is empty at once (a new directory with
+    // the old one's attributes), the old one and its entries go in bounded entries
+    ns.set_attr(&SetAttrRequest {
+        path: "/m".into(),
+        mode: Some(0o750),
+        mtime_ms: Some(1_000_000),
+        caller: Some(c.clone()),
+        ..Default::default()
+    })
+    .unwrap();
+    let old = ns.get_status("/m", false, &c).unwrap();
+    ns.umount("/m", &c).await.unwrap();
+    let now = ns.get_status("/m", false, &c).unwrap();
+    assert_ne!(now.id, old.id);
+    assert_eq!(
+        (now.mode & 0o7777, now.uid, now.mtime_ms),
+        (0o750, old.uid, old.mtime_ms)
+    );
+    assert!(names(&ns, "/m").is_empty());
+    assert!(ns.mounts.list().is_empty());
+    assert_eq!(ns.detached_roots().unwrap(), [old.id]);
+    let steps = purge_all(&ns, old.id, 8, &mut Cursor::default());
+    assert_eq!(steps, 3, "21 inodes, 8 per entry");
+    assert_eq!(totals(&ns), (base.0, base.1 + 1));
+    ns.store.check_cache();
+
+    // a small mount unmounts in its own entry, keeping its mount point
+    let small = tempfile::tempdir().unwrap();
+    store_files(small.path(), "", 3);
+    let mut i = info("/m");
+    i.ufs_uri = format!("file://{}", small.path().display());
+    ns.mount(i, &c).await.unwrap();
+    ns.resync("/m").await.unwrap();
+    let id = ns.get_status("/m", false, &c).unwrap().id;
+    ns.umount("/m", &c).await.unwrap();
+    assert_eq!(ns.get_status("/m", false, &c).unwrap().id, id);
+    assert!(ns.detached_roots().unwrap().is_empty());
+    assert_eq!(totals(&ns), (base.0, base.1 + 1));
+}

@@ -49,6 +49,10 @@ pub struct Synced {
     pub entries: u64,
     pub changed: u64,
     pub removed: u64,
+    /// Removed subtrees left to the purge task (too large for one entry).
+    pub detached: u64,
+    /// Inodes removed in the entry being made (kept under `master.delete_batch`).
+    removed_inodes: u64,
 }
 
 impl Synced {
@@ -57,6 +61,7 @@ impl Synced {
         self.entries += o.entries;
         self.changed += o.changed;
         self.removed += o.removed;
+        self.detached += o.detached;
     }
 }
 
@@ -193,12 +198,12 @@ impl Namespace {
         found: Option<Object>,
     ) -> FsResult<Option<InodeRec>> {
         let path = curvine_common::path::child(dir, name);
-        Ok(self
+        let (ino, detached) = self
             .mutate(0, |txn| {
                 let w = self.walk(&*txn, &path, &root(), false)?;
                 let parent = w.dir()?.clone();
                 let mut s = Synced::default();
-                self.reconcile(
+                let r = self.reconcile(
                     txn,
                     mount_id,
                     &parent,
@@ -208,9 +213,14 @@ impl Namespace {
                     w.inode.clone(),
                     found.as_ref(),
                     &mut s,
-                )
+                )?;
+                Ok((r, s.detached))
             })?
-            .0)
+            .0;
+        if detached > 0 {
+            self.purge.wake();
+        }
+        Ok(ino)
     }
 
     /// Record a directory's listing: new entries added, changed ones updated (their
@@ -223,7 +233,7 @@ impl Namespace {
         objs: Vec<Object>,
     ) -> FsResult<Synced> {
         let max_name = self.conf.max_name_len;
-        Ok(self
+        let s = self
             .mutate(0, |txn| {
                 let mut s = Synced {
                     dirs: 1,
@@ -287,7 +297,11 @@ impl Namespace {
                 txn.put_inode(d);
                 Ok(s)
             })?
-            .0)
+            .0;
+        if s.detached > 0 {
+            self.purge.wake();
+        }
+        Ok(s)
     }
 
     /// Bring entry `name` of `parent` in line with the store's `found`. Entries that are
@@ -319,12 +333,12 @@ impl Namespace {
             }
             (Some(e), None) => {
                 s.removed += 1;
-                self.remove_entry(txn, parent, &path, name, e)?;
+                self.remove_entry(txn, parent, &path, name, e, s)?;
                 Ok(None)
             }
             (Some(e), Some(o)) if is_dir(&e) != o.dir || !(is_dir(&e) || is_file(&e)) => {
                 s.changed += 1;
-                self.remove_entry(txn, parent, &path, name, e)?;
+                self.remove_entry(txn, parent, &path, name, e, s)?;
                 Ok(Some(self.add_entry(txn, mount_id, parent, name, key, o)?))
             }
             (Some(mut e), Some(o)) => {
@@ -404,6 +418,10 @@ impl Namespace {
         Ok(ino)
     }
 
+    /// Remove entry `name` (at `path`) of `parent`, and what lies below it. The inodes
+    /// one entry removes stay under `master.delete_batch` (counted in `s`): a subtree
+    /// that would pass it is detached and removed by the purge task (`s.detached`; the
+    /// caller wakes it once the entry is applied).
     fn remove_entry(
         &self,
         txn: &mut Txn<'_>,
@@ -411,11 +429,22 @@ impl Namespace {
         path: &str,
         name: &str,
         mut ino: InodeRec,
+        s: &mut Synced,
     ) -> FsResult<()> {
         if is_dir(&ino) && ino.children > 0 {
+            let limit = u64::from(self.conf.delete_batch.max(1));
+            let left = limit.saturating_sub(s.removed_inodes);
+            let below = Namespace::count_below(txn, &ino, left)?;
+            if below >= left {
+                self.detach_as(txn, parent.id, name, ino.id, false)?;
+                s.detached += 1;
+                return Ok(());
+            }
+            s.removed_inodes += below;
             self.delete_contents(txn, &ino, path, &root())?;
             ino = txn.must_inode(ino.id)?;
         }
+        s.removed_inodes += 1;
         txn.unlink_entry(parent.id, name)?;
         txn.release_inode(ino)
     }

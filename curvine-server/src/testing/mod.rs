@@ -3,6 +3,8 @@
 //! nodes can be stopped and restarted (same ports, same dirs) for fault tests.
 //! `ha::HaCluster`: replicated masters.
 
+#[cfg(feature = "ufs-azblob")]
+pub mod azurite;
 pub mod ha;
 pub mod http;
 pub mod s3;

@@ -65,7 +65,8 @@ pub struct S3Server {
     root: tempfile::TempDir,
 }
 
-async fn free_port() -> FsResult<u16> {
+/// A port of 127.0.0.1 that nothing listens on now.
+pub async fn free_port() -> FsResult<u16> {
     let l = TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| FsError::io_ctx("bind a free port", e))?;

@@ -49,6 +49,11 @@ public final class CurvineCluster {
     return masterPort;
   }
 
+  /** The cluster's configuration file, for {@code cv --conf}. */
+  public Path confFile() {
+    return dir.resolve("cluster.toml");
+  }
+
   public Configuration conf() {
     Configuration conf = new Configuration();
     conf.set("fs.cv.impl", CurvineFileSystem.class.getName());
@@ -71,14 +76,19 @@ public final class CurvineCluster {
   }
 
   static Path serverBinary() {
+    return binary("curvine-server", "curvine-server");
+  }
+
+  /** A binary of the Rust build: {@code curvine.bin.dir}, else the cargo target dir. */
+  static Path binary(String name, String cratePackage) {
     String dir = System.getProperty("curvine.bin.dir");
     if (dir == null || dir.isEmpty()) {
       String target = System.getenv("CARGO_TARGET_DIR");
       dir = (target == null ? "../target" : target) + "/release";
     }
-    Path bin = Paths.get(dir, "curvine-server");
+    Path bin = Paths.get(dir, name);
     if (!Files.isExecutable(bin)) {
-      throw new IllegalStateException(bin + " not found: cargo build --release -p curvine-server");
+      throw new IllegalStateException(bin + " not found: cargo build --release -p " + cratePackage);
     }
     return bin;
   }
