@@ -2,29 +2,21 @@
 //! directories: mount, metadata load, read-through via the workers, resync, free, bad
 //! input. Block size 96 KiB so that multi-block objects stay small.
 
+mod common;
+
 use std::collections::HashMap;
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use curvine_client::proto::MountInfo;
+use common::ufs::{mount_info, names, on_a_worker, run_s3, S3Env};
 use curvine_client::{CurvineFs, FileType, FsError};
-use curvine_common::conf::{ByteSize, Dur, TierDir};
-use curvine_common::proto::StorageTier;
+use curvine_common::conf::{ByteSize, Dur};
 use curvine_server::testing::s3::{
     object_data as data, options as s3_options, Proxy, S3Server, ACCESS_KEY,
 };
 use curvine_server::testing::{wait_until, MiniCluster};
-use tokio::runtime::Runtime;
 
 const BS: usize = 96 << 10;
 const BUCKET: &str = "bkt";
-
-struct Env {
-    rt: Runtime,
-    cluster: MiniCluster,
-    fs: CurvineFs,
-    s3: S3Server,
-}
 
 fn conf_hook(c: &mut curvine_common::ClusterConf) {
     c.master.block_size = ByteSize(BS as u64);
@@ -33,85 +25,16 @@ fn conf_hook(c: &mut curvine_common::ClusterConf) {
 }
 
 /// One cluster (2 workers) and one S3 server for the tests of this binary.
-fn env() -> &'static Env {
-    static ENV: OnceLock<Env> = OnceLock::new();
-    ENV.get_or_init(|| {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(4)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let (cluster, fs, s3) = rt.block_on(async {
-            let s3 = S3Server::start(&[BUCKET]).await.expect("start s3s-fs");
-            let cluster = MiniCluster::builder()
-                .workers(2)
-                .conf(conf_hook)
-                .start()
-                .await
-                .expect("cluster");
-            let fs = CurvineFs::connect(cluster.client_conf())
-                .await
-                .expect("connect");
-            (cluster, fs, s3)
-        });
-        Env {
-            rt,
-            cluster,
-            fs,
-            s3,
-        }
-    })
+fn run<F: std::future::Future<Output = ()>>(f: impl FnOnce(&'static S3Env) -> F) {
+    run_s3(&[BUCKET], 2, conf_hook, f)
 }
 
-fn run<F: std::future::Future<Output = ()>>(f: impl FnOnce(&'static Env) -> F) {
-    let e = env();
-    e.rt.block_on(f(e));
-}
-
-/// An operator on the test bucket, to put objects the way any S3 client would.
 fn bucket_op(s3: &S3Server) -> opendal::Operator {
-    curvine_server::ufs::build(&format!("s3://{BUCKET}"), &s3_options(&s3.endpoint()))
-        .expect("operator")
+    common::ufs::bucket_op(s3, BUCKET)
 }
 
 async fn put(s3: &S3Server, key: &str, bytes: &[u8]) {
-    bucket_op(s3).write(key, bytes.to_vec()).await.expect("put");
-}
-
-fn mount_info(uri: &str, path: &str, options: HashMap<String, String>) -> MountInfo {
-    MountInfo {
-        path: path.into(),
-        ufs_uri: uri.into(),
-        options,
-        sync_interval_ms: 60_000,
-        ..Default::default()
-    }
-}
-
-/// Whether some worker holds a committed copy of `block`.
-fn on_a_worker(cluster: &MiniCluster, block: u64) -> bool {
-    (0..cluster.worker_count()).any(|i| {
-        cluster.worker_dirs(i).into_iter().any(|path| {
-            let dir = TierDir {
-                tier: StorageTier::Mem,
-                capacity: None,
-                path,
-            };
-            curvine_server::worker::block_path(&[dir], block).is_some()
-        })
-    })
-}
-
-async fn names(fs: &CurvineFs, path: &str) -> Vec<String> {
-    let mut v: Vec<String> = fs
-        .list(path)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|s| s.name)
-        .collect();
-    v.sort();
-    v
+    common::ufs::put(s3, BUCKET, key, bytes).await
 }
 
 #[test]
@@ -299,10 +222,8 @@ fn a_killed_store_fails_reads_cleanly_and_they_work_when_it_is_back() {
     run(|e| {
         let s3 = &mut s3;
         async move {
-            let op =
-                curvine_server::ufs::build("s3://killed", &s3_options(&s3.endpoint())).unwrap();
             let v = data(2 * BS + 3, 11);
-            op.write("obj", v.clone()).await.unwrap();
+            common::ufs::put(s3, "killed", "obj", &v).await;
             e.fs.mount(mount_info(
                 "s3://killed",
                 "/mnt4",
@@ -444,8 +365,7 @@ fn a_mount_survives_a_master_restart() {
         .unwrap();
     rt.block_on(async {
         let s3 = S3Server::start(&["restart"]).await.unwrap();
-        let op = curvine_server::ufs::build("s3://restart", &s3_options(&s3.endpoint())).unwrap();
-        op.write("x/y", b"persisted".to_vec()).await.unwrap();
+        common::ufs::put(&s3, "restart", "x/y", b"persisted").await;
         let mut cluster = MiniCluster::builder()
             .workers(1)
             .conf(conf_hook)
@@ -463,7 +383,7 @@ fn a_mount_survives_a_master_restart() {
         assert_eq!(mounts.len(), 1);
         assert_eq!(mounts[0].ufs_uri, "s3://restart");
         assert_eq!(mounts[0].options["secret_access_key"], "***");
-        op.write("x/z", b"new".to_vec()).await.unwrap();
+        common::ufs::put(&s3, "restart", "x/z", b"new").await;
         assert_eq!(fs.read_file("/m/x/y").await.unwrap(), b"persisted");
         fs.resync("/m/x").await.unwrap();
         assert_eq!(fs.read_file("/m/x/z").await.unwrap(), b"new");

@@ -6,24 +6,19 @@
 
 use std::time::Duration;
 
-use curvine_client::proto::{LoadJob, LoadState, MountInfo};
+mod common;
+
+use common::runtime;
+use common::ufs::{bucket_op, mount_info, on_a_worker, on_worker, put};
+use curvine_client::proto::{LoadJob, LoadState};
 use curvine_client::CurvineFs;
-use curvine_common::conf::{ByteSize, Dur, TierDir};
-use curvine_common::proto::StorageTier;
+use curvine_common::conf::{ByteSize, Dur};
 use curvine_server::fault::{self, Fault};
 use curvine_server::testing::s3::{object_data as data, options as s3_options, Proxy, S3Server};
 use curvine_server::testing::{wait_until, MiniCluster};
 
 const BS: usize = 96 << 10;
 const BUCKET: &str = "bkt";
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
 
 async fn cluster(workers: usize) -> MiniCluster {
     MiniCluster::builder()
@@ -50,38 +45,13 @@ async fn mount_with(
     path: &str,
     objects: &[(String, Vec<u8>)],
 ) {
-    let op = curvine_server::ufs::build(&format!("s3://{BUCKET}"), &s3_options(&s3.endpoint()))
-        .expect("operator");
     for (k, v) in objects {
-        op.write(&format!("{prefix}/{k}"), v.clone())
-            .await
-            .expect("put");
+        put(s3, BUCKET, &format!("{prefix}/{k}"), v).await;
     }
-    fs.mount(MountInfo {
-        path: path.into(),
-        ufs_uri: format!("s3://{BUCKET}/{prefix}"),
-        options: s3_options(endpoint),
-        sync_interval_ms: 60_000,
-        ..Default::default()
-    })
-    .await
-    .expect("mount");
-}
-
-/// Worker `i` holds a committed copy of `block`.
-fn on_worker(cluster: &MiniCluster, i: usize, block: u64) -> bool {
-    cluster.worker_dirs(i).into_iter().any(|path| {
-        let dir = TierDir {
-            tier: StorageTier::Mem,
-            capacity: None,
-            path,
-        };
-        curvine_server::worker::block_path(&[dir], block).is_some()
-    })
-}
-
-fn on_a_worker(cluster: &MiniCluster, block: u64) -> bool {
-    (0..cluster.worker_count()).any(|i| on_worker(cluster, i, block))
+    let uri = format!("s3://{BUCKET}/{prefix}");
+    fs.mount(mount_info(&uri, path, s3_options(endpoint)))
+        .await
+        .expect("mount");
 }
 
 /// Wait until job `id` ends; its last state.
@@ -259,9 +229,7 @@ fn a_load_of_a_missing_object_fails_naming_the_store_and_key() {
         ];
         mount_with(&fs, &s3, &s3.endpoint(), "l4", "/l4", &objs).await;
         assert_eq!(fs.list("/l4").await.unwrap().len(), 2);
-        let op = curvine_server::ufs::build(&format!("s3://{BUCKET}"), &s3_options(&s3.endpoint()))
-            .unwrap();
-        op.delete("l4/gone").await.unwrap();
+        bucket_op(&s3, BUCKET).delete("l4/gone").await.unwrap();
         let job = fs.submit_load("/l4", false).await.unwrap();
         let j = wait_job(&fs, job.id, Duration::from_secs(30)).await;
         assert_eq!(j.state, LoadState::LoadFailed as i32, "{j:?}");

@@ -2,10 +2,12 @@
 //! get them from the master, and no listing, reply, page or log line shows them. Every
 //! log line of the binary (all targets, DEBUG) is kept to check the last.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use curvine_client::proto::MountInfo;
+use common::ufs::{mount_info, run_s3, S3Env};
 use curvine_client::CurvineFs;
 use curvine_common::proto::master_service_client::MasterServiceClient;
 use curvine_common::proto::GetMountRequest;
@@ -16,13 +18,6 @@ use curvine_server::testing::MiniCluster;
 use tokio::runtime::Runtime;
 
 const BUCKET: &str = "sec";
-
-struct Env {
-    rt: Runtime,
-    cluster: MiniCluster,
-    fs: CurvineFs,
-    s3: S3Server,
-}
 
 /// Everything logged by this process.
 #[derive(Clone, Default)]
@@ -62,61 +57,19 @@ fn logs() -> &'static Logs {
     })
 }
 
-fn env() -> &'static Env {
-    static ENV: OnceLock<Env> = OnceLock::new();
-    ENV.get_or_init(|| {
-        logs();
-        let rt = curvine_rt();
-        let (cluster, fs, s3) = rt.block_on(async {
-            let s3 = S3Server::start(&[BUCKET]).await.expect("start s3s-fs");
-            let cluster = MiniCluster::builder()
-                .workers(1)
-                .start()
-                .await
-                .expect("cluster");
-            let fs = CurvineFs::connect(cluster.client_conf())
-                .await
-                .expect("connect");
-            (cluster, fs, s3)
-        });
-        Env {
-            rt,
-            cluster,
-            fs,
-            s3,
-        }
-    })
+/// One cluster (1 worker) and one S3 server for the tests of this binary, started
+/// after the log capture.
+fn run<F: std::future::Future<Output = ()>>(f: impl FnOnce(&'static S3Env) -> F) {
+    logs();
+    run_s3(&[BUCKET], 1, |_| {}, f)
 }
 
 fn curvine_rt() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
-fn run<F: std::future::Future<Output = ()>>(f: impl FnOnce(&'static Env) -> F) {
-    let e = env();
-    e.rt.block_on(f(e));
-}
-
-fn mount_info(uri: &str, path: &str, options: HashMap<String, String>) -> MountInfo {
-    MountInfo {
-        path: path.into(),
-        ufs_uri: uri.into(),
-        options,
-        sync_interval_ms: 60_000,
-        ..Default::default()
-    }
+    common::runtime()
 }
 
 async fn put(s3: &S3Server, key: &str, bytes: &[u8]) {
-    curvine_server::ufs::build(&format!("s3://{BUCKET}"), &s3_options(&s3.endpoint()))
-        .expect("operator")
-        .write(key, bytes.to_vec())
-        .await
-        .expect("put");
+    common::ufs::put(s3, BUCKET, key, bytes).await
 }
 
 /// GetMount over gRPC, as a worker would call it.
@@ -320,10 +273,7 @@ fn a_conf_mount_reads_its_credentials_file_at_each_start() {
     let rt = curvine_rt();
     rt.block_on(async {
         let s3 = S3Server::start(&["confmnt"]).await.unwrap();
-        let op = curvine_server::ufs::build("s3://confmnt", &s3_options(&s3.endpoint())).unwrap();
-        op.write("a/obj", b"from the bucket".to_vec())
-            .await
-            .unwrap();
+        common::ufs::put(&s3, "confmnt", "a/obj", b"from the bucket").await;
         let dir = tempfile::tempdir().unwrap();
         let file = credentials_file(dir.path());
         let endpoint = s3.endpoint();
@@ -370,7 +320,7 @@ fn a_conf_mount_reads_its_credentials_file_at_each_start() {
 
         cluster.restart_master().await.unwrap();
         cluster.wait_workers_live(1).await.unwrap();
-        op.write("a/new", b"new".to_vec()).await.unwrap();
+        common::ufs::put(&s3, "confmnt", "a/new", b"new").await;
         fs.resync("/by-file").await.unwrap();
         assert_eq!(fs.read_file("/by-file/new").await.unwrap(), b"new");
 
@@ -414,8 +364,7 @@ fn aws_environment_credentials_are_used_when_no_key_is_given() {
     rt.block_on(async {
         let s3 = S3Server::start(&["envbkt"]).await.unwrap();
         let v = object_data(30_000, 4);
-        let op = curvine_server::ufs::build("s3://envbkt", &s3_options(&s3.endpoint())).unwrap();
-        op.write("obj", v.clone()).await.unwrap();
+        common::ufs::put(&s3, "envbkt", "obj", &v).await;
         let cluster = MiniCluster::builder().workers(1).start().await.unwrap();
         let fs = CurvineFs::connect(cluster.client_conf()).await.unwrap();
         // the endpoint only: region and keys come from the environment

@@ -5,26 +5,20 @@
 //! that is down fails `close` naming the store and the key. Block size 96 KiB so that
 //! multi-block files stay small.
 
-use std::sync::OnceLock;
+mod common;
+
 use std::time::Duration;
 
+use common::ufs::{on_a_worker, run_s3, S3Env};
 use curvine_client::proto::{MountInfo, MountMode, TtlAction};
 use curvine_client::{CurvineFs, FsError};
 use curvine_common::conf::{ByteSize, Dur, TierDir};
 use curvine_common::proto::StorageTier;
 use curvine_server::testing::s3::{object_data as data, options as s3_options, S3Server};
 use curvine_server::testing::{wait_until, MiniCluster, TierSpec};
-use tokio::runtime::Runtime;
 
 const BS: usize = 96 << 10;
 const BUCKET: &str = "wbkt";
-
-struct Env {
-    rt: Runtime,
-    cluster: MiniCluster,
-    fs: CurvineFs,
-    s3: S3Server,
-}
 
 fn conf_hook(c: &mut curvine_common::ClusterConf) {
     c.master.block_size = ByteSize(BS as u64);
@@ -35,44 +29,12 @@ fn conf_hook(c: &mut curvine_common::ClusterConf) {
 }
 
 /// One cluster (2 workers) and one S3 server for the tests of this binary.
-fn env() -> &'static Env {
-    static ENV: OnceLock<Env> = OnceLock::new();
-    ENV.get_or_init(|| {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(4)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let (cluster, fs, s3) = rt.block_on(async {
-            let s3 = S3Server::start(&[BUCKET]).await.expect("start s3s-fs");
-            let cluster = MiniCluster::builder()
-                .workers(2)
-                .conf(conf_hook)
-                .start()
-                .await
-                .expect("cluster");
-            let fs = CurvineFs::connect(cluster.client_conf())
-                .await
-                .expect("connect");
-            (cluster, fs, s3)
-        });
-        Env {
-            rt,
-            cluster,
-            fs,
-            s3,
-        }
-    })
-}
-
-fn run<F: std::future::Future<Output = ()>>(f: impl FnOnce(&'static Env) -> F) {
-    let e = env();
-    e.rt.block_on(f(e));
+fn run<F: std::future::Future<Output = ()>>(f: impl FnOnce(&'static S3Env) -> F) {
+    run_s3(&[BUCKET], 2, conf_hook, f)
 }
 
 fn op_for(s3: &S3Server, bucket: &str) -> opendal::Operator {
-    curvine_server::ufs::build(&format!("s3://{bucket}"), &s3_options(&s3.endpoint()))
-        .expect("operator")
+    common::ufs::bucket_op(s3, bucket)
 }
 
 /// The object's bytes, or None when the bucket has no such key.
@@ -86,27 +48,13 @@ async fn object(s3: &S3Server, key: &str) -> Option<Vec<u8>> {
 
 fn mount_info(prefix: &str, path: &str, mode: MountMode, endpoint: &str) -> MountInfo {
     MountInfo {
-        path: path.into(),
-        ufs_uri: format!("s3://{BUCKET}/{prefix}"),
-        options: s3_options(endpoint),
         mode: mode as i32,
-        sync_interval_ms: 60_000,
-        ..Default::default()
+        ..common::ufs::mount_info(
+            &format!("s3://{BUCKET}/{prefix}"),
+            path,
+            s3_options(endpoint),
+        )
     }
-}
-
-/// Whether some worker holds a committed copy of `block`.
-fn on_a_worker(cluster: &MiniCluster, block: u64) -> bool {
-    (0..cluster.worker_count()).any(|i| {
-        cluster.worker_dirs(i).into_iter().any(|path| {
-            let dir = TierDir {
-                tier: StorageTier::Mem,
-                capacity: None,
-                path,
-            };
-            curvine_server::worker::block_path(&[dir], block).is_some()
-        })
-    })
 }
 
 #[test]
