@@ -55,7 +55,7 @@ if [ "${SETUP_TEST_TOOLS:-0}" = 1 ]; then
   # azblob under-store test (curvine-server/tests/ufs_azblob.rs) starts it on loopback
   az=curvine-server/tests/azurite
   az_want="$(sed -n 's/.*"azurite": *"\(.*\)".*/\1/p' "$CURVINE_HOME/$az/package.json")"
-  az_have="$(sed -n 's/^ *"version": *"\(.*\)".*/\1/p' "$CURVINE_HOME/$az/node_modules/azurite/package.json" 2>/dev/null | head -1)"
+  az_have="$(sed -n 's/^ *"version": *"\(.*\)".*/\1/p' "$CURVINE_HOME/$az/node_modules/azurite/package.json" 2>/dev/null | head -1 || true)"
   if [ "$az_have" != "$az_want" ] || [ ! -x "$CURVINE_HOME/$az/node_modules/.bin/azurite-blob" ]; then
     command -v npm >/dev/null 2>&1 || die "npm not found (apt-get install npm)"
     echo "setup: npm ci in $az (Azurite $az_want, test Azure Blob server)"
