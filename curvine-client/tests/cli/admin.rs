@@ -1,30 +1,14 @@
 //! `cv admin decommission`: draining a worker, its progress line, `cv report`, the
 //! cancel, and the refusals as one-line errors.
 
-use std::time::Duration;
-
-use curvine_common::conf::{ByteSize, Dur};
-use curvine_server::testing::MiniCluster;
 use serde_json::Value;
 
-use super::{conf_for, cv, ok, one_line_error};
+use super::{conf_for, cv, ok, one_line_error, small_block_cluster};
 
 #[test]
 fn decommission_drains_a_worker_and_reports_it() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let cluster = rt
-        .block_on(
-            MiniCluster::builder()
-                .workers(2)
-                .conf(|c| {
-                    c.master.block_size = ByteSize(1 << 20);
-                    c.master.replication_interval = Dur(Duration::from_millis(200));
-                    c.worker.heartbeat_interval = Dur(Duration::from_millis(100));
-                })
-                .start(),
-        )
-        .unwrap();
-    rt.block_on(cluster.wait_workers_live(2)).unwrap();
+    let cluster = small_block_cluster(&rt, 2);
     let dir = tempfile::tempdir().unwrap();
     let conf = conf_for(&cluster, dir.path());
     let local = dir.path().join("f.bin");

@@ -2,13 +2,11 @@
 //! completions, and usage errors as one line.
 
 use std::process::Command;
-use std::time::Duration;
 
-use curvine_common::conf::{ByteSize, Dur};
 use curvine_server::testing::MiniCluster;
 use serde_json::Value;
 
-use super::{conf_for, cv, ok, one_line_error};
+use super::{conf_for, cv, ok, one_line_error, small_block_cluster};
 
 fn json(conf: &std::path::Path, args: &[&str]) -> Value {
     let text = ok(conf, args);
@@ -19,18 +17,7 @@ fn json(conf: &std::path::Path, args: &[&str]) -> Value {
 #[test]
 fn count_blocks_and_setrep_describe_and_change_files() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let cluster = rt
-        .block_on(
-            MiniCluster::builder()
-                .workers(2)
-                .conf(|c| {
-                    c.master.block_size = ByteSize(1 << 20);
-                    c.master.replication_interval = Dur(Duration::from_millis(200));
-                })
-                .start(),
-        )
-        .unwrap();
-    rt.block_on(cluster.wait_workers_live(2)).unwrap();
+    let cluster = small_block_cluster(&rt, 2);
     let dir = tempfile::tempdir().unwrap();
     let conf = conf_for(&cluster, dir.path());
     let local = dir.path().join("f.bin");

@@ -27,6 +27,27 @@ fn conf_for(cluster: &MiniCluster, dir: &Path) -> PathBuf {
     conf
 }
 
+/// A cluster of `workers` workers with 1 MiB blocks and quick heartbeats and
+/// re-replication scans, every worker registered.
+fn small_block_cluster(rt: &tokio::runtime::Runtime, workers: usize) -> MiniCluster {
+    use curvine_common::conf::{ByteSize, Dur};
+    use std::time::Duration;
+    let cluster = rt
+        .block_on(
+            MiniCluster::builder()
+                .workers(workers)
+                .conf(|c| {
+                    c.master.block_size = ByteSize(1 << 20);
+                    c.master.replication_interval = Dur(Duration::from_millis(200));
+                    c.worker.heartbeat_interval = Dur(Duration::from_millis(100));
+                })
+                .start(),
+        )
+        .unwrap();
+    rt.block_on(cluster.wait_workers_live(workers)).unwrap();
+    cluster
+}
+
 /// `cv` failed on bad input: one line on stderr starting `cv: ` that says `why`.
 fn one_line_error(out: &Output, why: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
