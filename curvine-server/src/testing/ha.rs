@@ -21,7 +21,7 @@ pub struct HaCluster {
 
 impl HaCluster {
     /// Start `n` masters with ids 1..=n and return once they are serving (a leader may
-    /// not be elected yet: see [`wait_leader`](Self::wait_leader)).
+    /// not be elected yet).
     pub async fn start(n: usize) -> FsResult<HaCluster> {
         let base = tempfile::Builder::new()
             .prefix(&format!("curvine-mini-{}-", std::process::id()))
