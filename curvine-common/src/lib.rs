@@ -8,6 +8,7 @@ pub mod checksum;
 pub mod conf;
 pub mod error;
 pub mod frame;
+pub mod logging;
 pub mod mount;
 pub mod path;
 pub mod report;

@@ -43,7 +43,10 @@ fn main() {
             std::process::exit(2);
         }
     };
-    init_log(&conf);
+    if let Err(e) = init_log(&conf) {
+        eprintln!("curvine-fuse: {e}");
+        std::process::exit(2);
+    }
     // one worker per core: more only adds context switches to the request path
     let workers = match conf.fuse.threads {
         0 => std::thread::available_parallelism()
@@ -84,14 +87,10 @@ fn log_filter(level: &str) -> String {
     }
 }
 
-fn init_log(conf: &ClusterConf) {
+fn init_log(conf: &ClusterConf) -> curvine_common::FsResult<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_filter(&conf.log.level)));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
+    curvine_common::logging::init(&conf.log, filter, "fuse")
 }
 
 async fn run(args: Args, conf: ClusterConf) -> anyhow::Result<()> {

@@ -197,26 +197,5 @@ fn init_logging(conf: &ClusterConf, role: &str) -> anyhow::Result<()> {
         .or_else(|_| EnvFilter::try_new(&conf.log.level))
         .with_context(|| format!("log.level {:?}", conf.log.level))?;
     let filter = curvine_server::ufs::without_secret_logs(filter);
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    if conf.log.dir.is_empty() {
-        // colours only on a terminal: bin/curvine-*.sh send stderr to the role's log file
-        builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .with_writer(std::io::stderr)
-            .init();
-    } else {
-        std::fs::create_dir_all(&conf.log.dir)
-            .with_context(|| format!("create log.dir {}", conf.log.dir))?;
-        let path = PathBuf::from(&conf.log.dir).join(format!("{role}.log"));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .with_context(|| format!("open log file {}", path.display()))?;
-        builder
-            .with_ansi(false)
-            .with_writer(std::sync::Mutex::new(file))
-            .init();
-    }
-    Ok(())
+    Ok(curvine_common::logging::init(&conf.log, filter, role)?)
 }

@@ -877,3 +877,58 @@ fn sigterm_drains_master_and_worker() {
         exits_cleanly(&mut master, Duration::from_secs(15), "master").await;
     });
 }
+
+/// `log.format = "json"` with `log.dir`: the master process writes `master.log`, one
+/// JSON object per line.
+#[test]
+fn master_writes_json_log_lines_to_its_log_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let logs = dir.path().join("logs");
+    let conf_path = dir.path().join("conf.toml");
+    std::fs::write(
+        &conf_path,
+        format!(
+            "[master]\nhostname = \"127.0.0.1\"\nrpc_port = {port}\nweb_port = 0\nmeta_dir = \"{}\"\n\
+             [client]\nmaster_addrs = [\"127.0.0.1:{port}\"]\n\
+             [log]\nlevel = \"info\"\nformat = \"json\"\ndir = \"{}\"\n",
+            dir.path().join("meta").display(),
+            logs.display()
+        ),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_curvine-server"))
+        .args(["master", "--conf"])
+        .arg(&conf_path)
+        .spawn()
+        .unwrap();
+    let conf = curvine_common::ClusterConf::load(&conf_path).unwrap();
+    runtime().block_on(async {
+        let fs = wait_connect(&conf).await;
+        fs.mkdir("/logged", false).await.unwrap();
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let text = std::fs::read_to_string(logs.join("master.log")).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(!lines.is_empty(), "no log lines");
+    for l in &lines {
+        assert!(
+            l["level"].is_string() && l["timestamp"].is_string() && l["fields"].is_object(),
+            "{l}"
+        );
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["level"] == "INFO" && l["fields"]["message"].is_string()),
+        "{text}"
+    );
+}
