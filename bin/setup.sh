@@ -59,7 +59,7 @@ if [ "${SETUP_TEST_TOOLS:-0}" = 1 ]; then
   if [ "$az_have" != "$az_want" ] || [ ! -x "$CURVINE_HOME/$az/node_modules/.bin/azurite-blob" ]; then
     command -v npm >/dev/null 2>&1 || die "npm not found (apt-get install npm)"
     echo "setup: npm ci in $az (Azurite $az_want, test Azure Blob server)"
-    (cd "$CURVINE_HOME/$az" && npm ci --no-audit --no-fund --loglevel=error)
+    (cd "$CURVINE_HOME/$az" && npm ci --prefer-offline --no-audit --no-fund --loglevel=error)
   fi
 fi
 
