@@ -286,6 +286,6 @@ mod tests {
             };
         }
         master_methods!(unique);
-        assert_eq!(ids.len(), 40);
+        assert_eq!(ids.len(), 41);
     }
 }
