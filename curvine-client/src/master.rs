@@ -183,7 +183,11 @@ impl MasterClient {
                     let (idx, res) = match self.conn().await {
                         Ok((idx, conn)) => (idx, conn.call(req, self.rpc_timeout).await),
                         Err(error) => {
+                            // unreachable (refused, or no answer within connect_timeout,
+                            // as a host cut off the network): try the next master, even
+                            // when this one was the leader a moment ago
                             let idx = self.lock().0;
+                            self.failover(idx, None);
                             let ce = crate::master_conn::CallError {
                                 error,
                                 not_applied: true,

@@ -168,6 +168,14 @@ impl WorkerPool {
 
 /// A TCP connection to `addr` with TCP_NODELAY, made within `timeout`; `what` names the
 /// peer in errors. Any error means nothing was sent.
+///
+/// The same `timeout` also bounds how long the connection may go unanswered later: the
+/// kernel probes an idle connection every second (keepalive) and drops the connection
+/// once what it sent, a probe or a request, stays unacknowledged for `timeout`
+/// (`TCP_USER_TIMEOUT`). A peer whose host is gone or cut off the network then fails
+/// the calls waiting on it within `timeout` instead of `client.rpc_timeout`, and the
+/// caller moves on to another master; a peer that is merely slow to answer is not
+/// affected, because its kernel acknowledges the bytes and the probes.
 pub(crate) async fn connect(what: &str, addr: &str, timeout: Duration) -> FsResult<TcpStream> {
     let what = format!("connect to {what} {addr}");
     let stream = timed(&what, timeout, TcpStream::connect(addr)).await?;
@@ -175,6 +183,17 @@ pub(crate) async fn connect(what: &str, addr: &str, timeout: Duration) -> FsResu
     stream
         .set_nodelay(true)
         .map_err(|e| FsError::io_ctx(format!("{what}: set TCP_NODELAY"), e))?;
+    let probe = timeout
+        .min(Duration::from_secs(1))
+        .max(Duration::from_millis(100));
+    let sock = socket2::SockRef::from(&stream);
+    sock.set_tcp_keepalive(
+        &socket2::TcpKeepalive::new()
+            .with_time(probe)
+            .with_interval(probe),
+    )
+    .and_then(|()| sock.set_tcp_user_timeout(Some(timeout)))
+    .map_err(|e| FsError::io_ctx(format!("{what}: set TCP keepalive"), e))?;
     Ok(stream)
 }
 
