@@ -241,7 +241,7 @@ impl Namespace {
         };
         let op = m.op()?;
         let blocks = self.located_blocks(id)?;
-        let in_store = matches!(ufs::parse_uri(m.uri()), Ok(ufs::Location::S3 { .. }));
+        let in_store = ufs::parse_uri(m.uri()).is_ok_and(|l| l.keeps_old_object_while_writing());
         let (token, max_frame) = self.persister.data();
         let mut w = op
             .writer_with(&u.key)
@@ -295,7 +295,8 @@ impl Namespace {
                     continue;
                 }
                 // no worker has it (dropped from the cache): the object it came from
-                // still holds it (S3 shows a new object only when its upload completes)
+                // still holds it (an object store shows the new object only when its
+                // upload completes)
                 let old = in_store
                     .then_some(u.etag.as_str())
                     .filter(|e| !e.is_empty());

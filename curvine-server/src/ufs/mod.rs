@@ -42,6 +42,17 @@ const SCHEMES: &str = "s3://bucket/prefix, file:///dir, webhdfs://host:port/dir,
                        swebhdfs://host:port/dir, gs://bucket/prefix, azblob://container/prefix";
 
 impl Location {
+    /// Whether a write of an object leaves the old one whole and readable until the new
+    /// one is complete (object stores: S3's uploads, GCS's, Azure's block lists), so a
+    /// block dropped from the cache can still be read from the old object, by ETag,
+    /// while the file is uploaded over it. A directory or HDFS file is written in place.
+    pub fn keeps_old_object_while_writing(&self) -> bool {
+        matches!(
+            self,
+            Location::S3 { .. } | Location::Gcs { .. } | Location::Azblob { .. }
+        )
+    }
+
     /// The cargo feature of curvine-server that builds this service in, and whether
     /// this build has it (S3 and local directories are always in).
     pub fn feature(&self) -> Option<(&'static str, bool)> {
