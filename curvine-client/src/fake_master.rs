@@ -276,4 +276,16 @@ impl MasterService for FakeMaster {
     async fn decommission(&self, _r: Request<DecommissionRequest>) -> R<DecommissionResponse> {
         unimplemented()
     }
+
+    async fn list_masters(&self, _r: Request<ListMastersRequest>) -> R<ListMastersResponse> {
+        unimplemented()
+    }
+
+    async fn add_master(&self, _r: Request<AddMasterRequest>) -> R<AddMasterResponse> {
+        unimplemented()
+    }
+
+    async fn remove_master(&self, _r: Request<RemoveMasterRequest>) -> R<RemoveMasterResponse> {
+        unimplemented()
+    }
 }

@@ -85,6 +85,9 @@ macro_rules! master_methods {
             42 CancelLoad CancelLoadRequest CancelLoadResponse cancel_load;
             36 Persist PersistRequest PersistResponse persist;
             60 Decommission DecommissionRequest DecommissionResponse decommission;
+            61 ListMasters ListMastersRequest ListMastersResponse list_masters;
+            62 AddMaster AddMasterRequest AddMasterResponse add_master;
+            63 RemoveMaster RemoveMasterRequest RemoveMasterResponse remove_master;
         }
     };
 }
@@ -286,6 +289,6 @@ mod tests {
             };
         }
         master_methods!(unique);
-        assert_eq!(ids.len(), 41);
+        assert_eq!(ids.len(), 44);
     }
 }

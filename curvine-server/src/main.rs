@@ -22,11 +22,18 @@ enum Role {
         /// Cluster configuration file (default: $CURVINE_CONF_FILE).
         #[arg(long)]
         conf: Option<PathBuf>,
+        /// Set `section.key=value` over the file (repeatable): several masters on one
+        /// host share a file, each with its own `master.node_id` and ports.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
     },
     /// Run a worker (tiered block store and data plane).
     Worker {
         #[arg(long)]
         conf: Option<PathBuf>,
+        /// Set `section.key=value` over the file (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
     },
 }
 
@@ -93,14 +100,20 @@ fn trim_malloc() {
 }
 
 fn real_main(cli: Cli) -> anyhow::Result<()> {
-    let (is_master, conf_path) = match cli.role {
-        Role::Master { conf } => (true, conf),
-        Role::Worker { conf } => (false, conf),
+    let (is_master, conf_path, sets) = match cli.role {
+        Role::Master { conf, sets } => (true, conf, sets),
+        Role::Worker { conf, sets } => (false, conf, sets),
     };
     if is_master {
         bound_malloc();
     }
-    let conf = ClusterConf::load_default(conf_path.as_deref()).context("load cluster conf")?;
+    let path =
+        conf_path.or_else(|| std::env::var_os(curvine_common::conf::CONF_ENV).map(PathBuf::from));
+    let conf = match path {
+        Some(p) => ClusterConf::load_with(&p, &sets),
+        None => ClusterConf::load_default(None),
+    }
+    .context("load cluster conf")?;
     init_logging(&conf, if is_master { "master" } else { "worker" })?;
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if is_master {

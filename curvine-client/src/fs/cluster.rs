@@ -147,6 +147,36 @@ impl CurvineFs {
         Ok(r.worker_id)
     }
 
+    /// The masters of the group as its leader sees them (`cv admin masters`).
+    pub async fn list_masters(&self) -> FsResult<proto::ListMastersResponse> {
+        let req = proto::ListMastersRequest {
+            caller: self.caller(),
+        };
+        rpc!(self, "list_masters", Idempotent, req).await
+    }
+
+    /// Add master `id` at `address` (`host:port`) to the group: a learner first, a
+    /// voter once it has caught up with the log.
+    pub async fn add_master(&self, id: u64, address: &str) -> FsResult<()> {
+        let req = proto::AddMasterRequest {
+            id,
+            address: address.to_string(),
+            caller: self.caller(),
+        };
+        let _: proto::AddMasterResponse = rpc!(self, "add_master", Mutation, req).await?;
+        Ok(())
+    }
+
+    /// Remove master `id` from the group.
+    pub async fn remove_master(&self, id: u64) -> FsResult<()> {
+        let req = proto::RemoveMasterRequest {
+            id,
+            caller: self.caller(),
+        };
+        let _: proto::RemoveMasterResponse = rpc!(self, "remove_master", Mutation, req).await?;
+        Ok(())
+    }
+
     pub async fn report(&self) -> FsResult<proto::ReportResponse> {
         self.inner
             .master

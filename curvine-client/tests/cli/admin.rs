@@ -79,3 +79,58 @@ fn decommission_drains_a_worker_and_reports_it() {
     );
     rt.block_on(cluster.shutdown()).unwrap();
 }
+
+#[test]
+fn admin_masters_lists_the_group_as_json() {
+    use curvine_server::testing::ha::HaCluster;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cluster = rt.block_on(HaCluster::start(3)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("conf.toml");
+    let addrs: Vec<String> = (0..3).map(|i| format!("\"{}\"", cluster.addr(i))).collect();
+    std::fs::write(
+        &conf,
+        format!(
+            "[client]\nmaster_addrs = [{}]\nrpc_timeout = \"30s\"\n[log]\nlevel = \"warn\"\n",
+            addrs.join(", ")
+        ),
+    )
+    .unwrap();
+    // the leader answers once one is elected (the client waits through the election)
+    let list: Value = serde_json::from_str(&ok(&conf, &["admin", "masters", "--json"])).unwrap();
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 3, "{list:?}");
+    for (i, m) in list.iter().enumerate() {
+        assert_eq!(m["id"], i as u64 + 1, "{m}");
+        assert_eq!(m["address"], cluster.addr(i).to_string(), "{m}");
+    }
+    let leaders = list.iter().filter(|m| m["role"] == "leader").count();
+    assert_eq!(leaders, 1, "{list:?}");
+    let text = ok(&conf, &["admin", "masters"]);
+    assert!(
+        text.contains("leader") && text.contains("ADDRESS"),
+        "{text}"
+    );
+    one_line_error(
+        &cv(&conf, &["admin", "add-master", "9", "no-port"]),
+        "is not host:port",
+    );
+    one_line_error(&cv(&conf, &["admin", "remove-master", "9"]), "master 9");
+    rt.block_on(cluster.shutdown()).unwrap();
+}
+
+#[test]
+fn admin_masters_lists_a_single_master_as_leader() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cluster = rt
+        .block_on(curvine_server::testing::MiniCluster::builder().start())
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let conf = conf_for(&cluster, dir.path());
+    let list: Value = serde_json::from_str(&ok(&conf, &["admin", "masters", "--json"])).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    assert_eq!(list[0]["role"], "leader", "{list}");
+    assert_eq!(list[0]["address"], cluster.master_addr().to_string());
+    one_line_error(&cv(&conf, &["admin", "remove-master", "1"]), "runs alone");
+    rt.block_on(cluster.shutdown()).unwrap();
+}

@@ -122,10 +122,13 @@ pub struct MasterConf {
     /// How long an idle runtime thread polls for the next request before it sleeps
     /// (see [`crate::busy_poll`]); 0 = sleep at once.
     pub busy_poll: Dur,
-    /// This master's id among `peers` (replicated masters only).
+    /// This master's id (replicated masters only, non-zero). Not among `peers`: the
+    /// master joins a running group and waits to be added (`cv admin add-master`).
     pub node_id: u64,
-    /// Every master of a replicated group, this one included, as `"ID=host:port"`.
-    /// Empty = one master without replication.
+    /// The masters that form a replicated group on its first start, as
+    /// `"ID=host:port"`. Once the group runs, its membership is the one stored in the
+    /// replicated log (`cv admin add-master` / `remove-master` change it), and a list
+    /// that differs is logged and ignored. Empty = one master without replication.
     pub peers: Vec<String>,
     /// A follower that hears no leader for this long (up to twice it, randomized)
     /// starts an election.
@@ -156,9 +159,8 @@ impl MasterConf {
             let (id, addr) = p.split_once('=').ok_or_else(bad)?;
             let id: u64 = id.trim().parse().map_err(|_| bad())?;
             let addr = addr.trim();
-            match addr.rsplit_once(':') {
-                Some((h, port)) if !h.is_empty() && port.parse::<u16>().is_ok() && id != 0 => {}
-                _ => return Err(bad()),
+            if id == 0 || !is_host_port(addr) {
+                return Err(bad());
             }
             if out.iter().any(|q| q.id == id || q.addr == addr) {
                 return Err(FsError::config(format!(
@@ -170,14 +172,55 @@ impl MasterConf {
                 addr: addr.to_string(),
             });
         }
-        if !out.is_empty() && !out.iter().any(|p| p.id == self.node_id) {
-            return Err(FsError::config(format!(
-                "master.node_id {} is not among master.peers",
-                self.node_id
-            )));
+        if !out.is_empty() && self.node_id == 0 {
+            return Err(FsError::config(
+                "master.node_id must be set (non-zero) when master.peers is",
+            ));
         }
         Ok(out)
     }
+
+    /// Whether this master joins a running group rather than forming one: `peers` is
+    /// set and `node_id` is not among them. It waits to be added with
+    /// `cv admin add-master` and takes the group's membership from the leader.
+    pub fn joins(&self) -> bool {
+        !self.peers.is_empty()
+            && !self
+                .peer_list()
+                .is_ok_and(|p| p.iter().any(|p| p.id == self.node_id))
+    }
+}
+
+/// Set `section.key=value` in `table` (see [`ClusterConf::parse_with`]).
+fn apply_set(table: &mut toml::Table, set: &str) -> FsResult<()> {
+    let bad = || FsError::config(format!("--set {set:?} is not section.key=value"));
+    let (path, value) = set.split_once('=').ok_or_else(bad)?;
+    let (section, key) = path.trim().split_once('.').ok_or_else(bad)?;
+    if section.is_empty() || key.is_empty() || key.contains('.') {
+        return Err(bad());
+    }
+    let value = match toml::from_str::<toml::Table>(&format!("v = {}", value.trim())) {
+        Ok(mut t) => t.remove("v").ok_or_else(bad)?,
+        Err(_) => toml::Value::String(value.trim().to_string()),
+    };
+    let sec = table
+        .entry(section.to_string())
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    match sec {
+        toml::Value::Table(t) => {
+            t.insert(key.to_string(), value);
+            Ok(())
+        }
+        _ => Err(FsError::config(format!(
+            "--set {set:?}: [{section}] is not a section"
+        ))),
+    }
+}
+
+/// Whether `addr` is a `host:port` (a non-empty host, a numeric port).
+pub fn is_host_port(addr: &str) -> bool {
+    matches!(addr.rsplit_once(':'),
+        Some((h, port)) if !h.is_empty() && !h.contains(char::is_whitespace) && port.parse::<u16>().is_ok())
 }
 
 impl Default for MasterConf {
@@ -579,9 +622,37 @@ impl ClusterConf {
     }
 
     pub fn parse(text: &str) -> FsResult<ClusterConf> {
-        let conf: ClusterConf =
-            toml::from_str(text).map_err(|e| FsError::config(e.to_string().trim().to_string()))?;
+        Self::parse_with(text, &[])
+    }
+
+    /// [`parse`](Self::parse) with `sets` applied over the file: each `section.key=value`
+    /// (`curvine-server --set`), `value` in TOML (`8996`, `"a b"`, `["x"]`) or else taken
+    /// as a string. Several processes on one host share a file this way (the local HA
+    /// profile gives each master its `node_id` and ports).
+    pub fn parse_with(text: &str, sets: &[String]) -> FsResult<ClusterConf> {
+        let conf: ClusterConf = if sets.is_empty() {
+            toml::from_str(text).map_err(|e| FsError::config(e.to_string().trim().to_string()))?
+        } else {
+            let mut table: toml::Table = toml::from_str(text)
+                .map_err(|e| FsError::config(e.to_string().trim().to_string()))?;
+            for s in sets {
+                apply_set(&mut table, s)?;
+            }
+            toml::Value::Table(table)
+                .try_into()
+                .map_err(|e: toml::de::Error| FsError::config(e.to_string().trim().to_string()))?
+        };
         conf.validate()?;
+        Ok(conf)
+    }
+
+    /// [`load`](Self::load) with `sets` applied over the file (see [`parse_with`](Self::parse_with)).
+    pub fn load_with(path: &Path, sets: &[String]) -> FsResult<ClusterConf> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| FsError::config(format!("read {}: {e}", path.display())))?;
+        let mut conf = Self::parse_with(&text, sets)
+            .map_err(|e| FsError::config(format!("{}: {e}", path.display())))?;
+        conf.resolve_auth_token()?;
         Ok(conf)
     }
 

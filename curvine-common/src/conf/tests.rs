@@ -94,8 +94,13 @@ fn peers_parse_and_bad_ones_are_refused() {
         conf.master.election_timeout.get(),
         Duration::from_millis(600)
     );
+    assert!(!conf.master.joins());
+    // a master not among the peers joins the running group
+    let joiner =
+        ClusterConf::parse("[master]\nnode_id = 4\npeers = [\"1=h1:1\", \"2=h2:1\"]\n").unwrap();
+    assert!(joiner.master.joins());
     for bad in [
-        "node_id = 4\npeers = [\"1=h1:1\", \"2=h2:1\"]",
+        "node_id = 0\npeers = [\"1=h1:1\", \"2=h2:1\"]",
         "node_id = 1\npeers = [\"1=h1:1\", \"1=h2:1\"]",
         "node_id = 1\npeers = [\"1=h1:1\", \"2=h1:1\"]",
         "node_id = 1\npeers = [\"1=h1\"]",
@@ -149,4 +154,25 @@ fn shipped_conf_parses() {
     let path = Path::new(&dir).join("../conf/curvine-cluster.toml");
     let conf = ClusterConf::load(&path).unwrap();
     assert!(!conf.tier_dirs().unwrap().is_empty());
+}
+
+#[test]
+fn sets_apply_over_the_file() {
+    let text = "[master]\nrpc_port = 8995\npeers = [\"1=h:1\", \"2=h:2\"]\nnode_id = 1\n";
+    let sets = [
+        "master.node_id=2".to_string(),
+        "master.meta_dir=/tmp/m 2".to_string(),
+        "worker.data_dir=[\"[MEM:1MB]/tmp/w\"]".to_string(),
+    ];
+    let conf = ClusterConf::parse_with(text, &sets).unwrap();
+    assert_eq!(conf.master.node_id, 2);
+    assert_eq!(conf.master.rpc_port, 8995);
+    assert_eq!(conf.master.meta_dir, std::path::PathBuf::from("/tmp/m 2"));
+    assert_eq!(conf.worker.data_dir, vec!["[MEM:1MB]/tmp/w".to_string()]);
+    for bad in ["master", "node_id=2", "master.nope=1", "master.node_id=x"] {
+        assert!(
+            ClusterConf::parse_with(text, &[bad.to_string()]).is_err(),
+            "{bad:?} was accepted"
+        );
+    }
 }

@@ -122,8 +122,13 @@ pub async fn run_with_web(
         // a store that is down must not keep the master from serving the rest
         let (ns, mounts) = (ns.clone(), conf.mount.clone());
         tokio::spawn(async move {
-            if let Err(e) = ns.apply_conf_mounts(&mounts).await {
-                error!(error = %e, "a configured mount was not applied");
+            match ns.apply_conf_mounts(&mounts).await {
+                Ok(()) => {}
+                // the leader applies them; its entries reach this master
+                Err(FsError::NotLeader { .. }) => {
+                    info!("configured mounts are left to the leader")
+                }
+                Err(e) => error!(error = %e, "a configured mount was not applied"),
             }
         });
     }
@@ -147,7 +152,8 @@ pub async fn run_with_web(
             move || {
                 let n = n.clone();
                 async move {
-                    if n.workers.detect_lost() > 0 {
+                    // workers report to the leader alone: a follower hears none
+                    if n.leads() && n.workers.detect_lost() > 0 {
                         n.repl.wake();
                     }
                     FsResult::Ok(())

@@ -563,6 +563,10 @@ pub async fn persist_loop(ns: Arc<Namespace>, task: Task) {
             _ = every.tick() => {}
             _ = ns.persister.wake.notified() => {}
         }
+        if !ns.leads() {
+            // the leader uploads; a new leader finds the pending uploads in its state
+            continue;
+        }
         let pending = match ns.pending_uploads() {
             Ok(p) => p,
             Err(e) => {

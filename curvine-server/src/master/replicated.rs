@@ -21,6 +21,12 @@ impl Namespace {
         self.replica.get().is_none_or(|r| r.is_leader())
     }
 
+    /// `Ok` on a single master or the leader; else `NotLeader` naming the leader (calls
+    /// only the leader answers: workers' registrations and heartbeats).
+    pub(super) fn check_leads(&self) -> FsResult<()> {
+        self.replica.get().map_or(Ok(()), |r| r.check_leader())
+    }
+
     /// `mutate` on a replicated master. A follower refuses with `NotLeader` before it
     /// builds anything. The leader holds the mutation lock until its entry is applied,
     /// so the next mutation's `Txn` reads the state this one made. Returns sequence 0:

@@ -361,6 +361,11 @@ pub(super) async fn replication_loop(
         if !kicked && !ns.repl.needs_scan() {
             continue;
         }
+        if !ns.leads() {
+            // the leader re-replicates and drains; the scan waits until this master leads
+            task.idle();
+            continue;
+        }
         task.busy("scan for blocks below their replica count");
         let n = ns.clone();
         match tokio::task::spawn_blocking(move || n.replication_scan()).await {

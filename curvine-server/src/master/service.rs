@@ -77,6 +77,27 @@ impl MasterSvc {
     }
 }
 
+/// How long `AddMaster` waits for a new master to catch up with the log.
+const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `Ok` for the superuser; else `PermissionDenied` naming `what`.
+fn superuser(c: &Option<CallerInfo>, what: &str) -> FsResult<()> {
+    if super::namespace::is_root(&caller(c)) {
+        Ok(())
+    } else {
+        Err(FsError::PermissionDenied {
+            path: format!("{what} (superuser only)"),
+        })
+    }
+}
+
+/// This master's Raft node; membership calls need replication.
+fn replicated(ns: &Namespace) -> FsResult<&Arc<super::raft::Replica>> {
+    ns.replica.get().ok_or_else(|| {
+        FsError::invalid("this master runs alone (master.peers is empty): there is no group")
+    })
+}
+
 fn caller(c: &Option<CallerInfo>) -> CallerInfo {
     c.clone().unwrap_or_default()
 }
@@ -214,6 +235,8 @@ impl MasterService for MasterSvc {
 
     async fn open(&self, req: Request<OpenRequest>) -> Reply<OpenResponse> {
         fault_rpc!("master.Open", &req);
+        // the leader alone hears the workers, so it alone knows which replicas are live
+        self.ns.check_leads()?;
         let r = req.into_inner();
         self.ns.ufs_prepare(&r.path, false, false).await?;
         let (st, blocks) = self
@@ -388,12 +411,16 @@ impl MasterService for MasterSvc {
 
     async fn report(&self, req: Request<ReportRequest>) -> Reply<ReportResponse> {
         fault_rpc!("master.Report", &req);
+        // the workers report to the leader: a follower's view of them is empty
+        self.ns.check_leads()?;
         let r = self.run("report", |ns| Ok(ns.report())).await?;
         Ok(Response::new(r))
     }
 
     async fn register_worker(&self, req: Request<RegisterRequest>) -> Reply<RegisterResponse> {
         fault_rpc!("master.RegisterWorker", &req);
+        // a worker registers and reports with the leader alone
+        self.ns.check_leads()?;
         let r = req.into_inner();
         let r = self
             .mutation("register_worker", false, move |ns| ns.register_worker(r))
@@ -403,6 +430,8 @@ impl MasterService for MasterSvc {
 
     async fn report_blocks(&self, req: Request<BlockReportPage>) -> Reply<BlockReportPageResponse> {
         fault_rpc!("master.ReportBlocks", &req);
+        // a worker registers and reports with the leader alone
+        self.ns.check_leads()?;
         let r = req.into_inner();
         let r = self
             .mutation("report_blocks", false, move |ns| ns.report_blocks(r))
@@ -412,6 +441,8 @@ impl MasterService for MasterSvc {
 
     async fn heartbeat(&self, req: Request<HeartbeatRequest>) -> Reply<HeartbeatResponse> {
         fault_rpc!("master.Heartbeat", &req);
+        // a worker registers and reports with the leader alone
+        self.ns.check_leads()?;
         let r = req.into_inner();
         let r = self
             .mutation("heartbeat", false, move |ns| ns.heartbeat(r))
@@ -424,6 +455,8 @@ impl MasterService for MasterSvc {
         req: Request<ReportBadBlockRequest>,
     ) -> Reply<ReportBadBlockResponse> {
         fault_rpc!("master.ReportBadBlock", &req);
+        // a worker registers and reports with the leader alone
+        self.ns.check_leads()?;
         let r = req.into_inner();
         let removed = self
             .mutation("report_bad_block", false, move |ns| {
@@ -517,6 +550,8 @@ impl MasterService for MasterSvc {
 
     async fn submit_load(&self, req: Request<SubmitLoadRequest>) -> Reply<SubmitLoadResponse> {
         fault_rpc!("master.SubmitLoad", &req);
+        // load jobs and uploads run on the leader alone
+        self.ns.check_leads()?;
         let r = req.into_inner();
         let path = curvine_common::path::normalize(&r.path)?;
         let job = self.ns.submit_load(&path, r.recursive, caller(&r.caller));
@@ -525,6 +560,8 @@ impl MasterService for MasterSvc {
 
     async fn get_load(&self, req: Request<GetLoadRequest>) -> Reply<GetLoadResponse> {
         fault_rpc!("master.GetLoad", &req);
+        // load jobs and uploads run on the leader alone
+        self.ns.check_leads()?;
         let r = req.into_inner();
         let jobs = if r.job_id != 0 {
             vec![self.ns.jobs.get(r.job_id)?]
@@ -540,6 +577,8 @@ impl MasterService for MasterSvc {
 
     async fn cancel_load(&self, req: Request<CancelLoadRequest>) -> Reply<CancelLoadResponse> {
         fault_rpc!("master.CancelLoad", &req);
+        // load jobs and uploads run on the leader alone
+        self.ns.check_leads()?;
         let r = req.into_inner();
         let job = self.ns.jobs.cancel(r.job_id)?;
         Ok(Response::new(CancelLoadResponse { job: Some(job) }))
@@ -547,6 +586,8 @@ impl MasterService for MasterSvc {
 
     async fn persist(&self, req: Request<PersistRequest>) -> Reply<PersistResponse> {
         fault_rpc!("master.Persist", &req);
+        // load jobs and uploads run on the leader alone
+        self.ns.check_leads()?;
         let r = req.into_inner();
         let (files, bytes) = self.ns.persist_path(&r.path, &caller(&r.caller)).await?;
         Ok(Response::new(PersistResponse { files, bytes }))
@@ -561,5 +602,49 @@ impl MasterService for MasterSvc {
             })
             .await?;
         Ok(Response::new(DecommissionResponse { worker_id }))
+    }
+
+    async fn list_masters(&self, req: Request<ListMastersRequest>) -> Reply<ListMastersResponse> {
+        fault_rpc!("master.ListMasters", &req);
+        let r = req.into_inner();
+        superuser(&r.caller, "list masters")?;
+        let Some(rep) = self.ns.replica.get() else {
+            // one master without replication: itself
+            let me = MasterInfo {
+                id: self.ns.conf.node_id,
+                address: format!("{}:{}", self.ns.conf.hostname, self.addr.port()),
+                role: "leader".into(),
+                last_log_index: 0,
+                lag: 0,
+                voter: true,
+            };
+            return Ok(Response::new(ListMastersResponse {
+                masters: vec![me],
+                term: 0,
+            }));
+        };
+        let (masters, term) = rep.masters()?;
+        Ok(Response::new(ListMastersResponse { masters, term }))
+    }
+
+    async fn add_master(&self, req: Request<AddMasterRequest>) -> Reply<AddMasterResponse> {
+        fault_rpc!("master.AddMaster", &req);
+        let r = req.into_inner();
+        superuser(&r.caller, "add a master")?;
+        let rep = replicated(&self.ns)?;
+        rep.add_master(r.id, r.address.trim(), CATCH_UP).await?;
+        Ok(Response::new(AddMasterResponse {}))
+    }
+
+    async fn remove_master(
+        &self,
+        req: Request<RemoveMasterRequest>,
+    ) -> Reply<RemoveMasterResponse> {
+        fault_rpc!("master.RemoveMaster", &req);
+        let r = req.into_inner();
+        superuser(&r.caller, "remove a master")?;
+        let rep = replicated(&self.ns)?;
+        rep.remove_master(r.id).await?;
+        Ok(Response::new(RemoveMasterResponse {}))
     }
 }

@@ -188,7 +188,8 @@ pub async fn ttl_loop(ns: Arc<Namespace>, cancel: CancellationToken) {
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        if !ns.mounts.list().iter().any(|m| m.info.ttl_ms > 0) {
+        // the leader expires files; its entries reach the followers
+        if !ns.leads() || !ns.mounts.list().iter().any(|m| m.info.ttl_ms > 0) {
             continue;
         }
         let n = ns.clone();

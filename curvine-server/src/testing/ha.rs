@@ -1,6 +1,7 @@
 //! A group of replicated masters (`master.peers`) in this process, on ephemeral
-//! 127.0.0.1 ports and temp dirs, without workers: for tests of replication and
-//! failover. Masters can be stopped and started again with their data.
+//! 127.0.0.1 ports and temp dirs: for tests of replication and failover. Masters can
+//! be stopped and started again with their data; a master can be started that joins
+//! the group (`add_master`), and workers that report to the leader (`start_workers`).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -16,6 +17,7 @@ pub struct HaCluster {
     confs: Vec<ClusterConf>,
     masters: Vec<Option<Node>>,
     addrs: Vec<SocketAddr>,
+    workers: Vec<Option<Node>>,
     _base: tempfile::TempDir,
 }
 
@@ -51,17 +53,25 @@ impl HaCluster {
             c.master.peers = peers.clone();
             c.master.election_timeout = Dur(Duration::from_millis(500));
             c.master.heartbeat_interval = Dur(Duration::from_millis(100));
+            c.master.block_size = curvine_common::conf::ByteSize(8 << 20);
             c.client.hostname = "127.0.0.1".into();
             c.client.master_addrs = addrs.iter().map(|a| a.to_string()).collect();
             c.client.rpc_timeout = Dur(Duration::from_secs(10));
             c.client.connect_timeout = Dur(Duration::from_secs(1));
             c.log.level = "warn".into();
+            // the group's cluster id is made of its name: one per HaCluster, so masters
+            // of two clusters in one test process never take each other's calls
+            c.cluster.name = base
+                .path()
+                .file_name()
+                .map_or("ha".into(), |n| n.to_string_lossy().into_owned());
             confs.push(c);
         }
         let mut cluster = HaCluster {
             confs,
             masters: (0..n).map(|_| None).collect(),
             addrs,
+            workers: Vec::new(),
             _base: base,
         };
         for (i, l) in listeners.into_iter().enumerate() {
@@ -127,9 +137,55 @@ impl HaCluster {
         self.masters[i].is_some()
     }
 
-    /// Stop every master.
+    /// Start a master with the next id that is not among the group's `peers`: it joins
+    /// the group once added (`add_master` of the client). Returns its index.
+    pub async fn add_master(&mut self) -> FsResult<usize> {
+        let l = bind("127.0.0.1:0").await?;
+        let a = local_addr(&l)?;
+        let i = self.addrs.len();
+        let mut c = self.confs[0].clone();
+        c.master.rpc_port = a.port();
+        c.master.meta_dir = self._base.path().join(format!("meta{}", i + 1));
+        c.master.node_id = i as u64 + 1;
+        self.confs.push(c);
+        self.addrs.push(a);
+        self.masters.push(None);
+        self.spawn(i, l);
+        Ok(i)
+    }
+
+    /// Start `n` workers (one MEM tier each) that report to the leader among the
+    /// group's masters.
+    pub async fn start_workers(&mut self, n: usize) -> FsResult<()> {
+        for _ in 0..n {
+            let i = self.workers.len();
+            let dir = self._base.path().join(format!("worker{i}"));
+            std::fs::create_dir_all(&dir).map_err(|e| FsError::io_ctx(dir.display(), e))?;
+            let l = bind("127.0.0.1:0").await?;
+            let a = local_addr(&l)?;
+            let mut c = self.confs[0].clone();
+            c.worker.hostname = "127.0.0.1".into();
+            c.worker.data_port = a.port();
+            c.worker.web_port = 0;
+            c.worker.data_dir = vec![format!("[MEM:256MB]{}", dir.display())];
+            c.worker.heartbeat_interval = Dur(Duration::from_millis(200));
+            let cancel = CancellationToken::new();
+            let task = tokio::spawn(crate::worker::run_with_web(c, l, None, cancel.clone()));
+            self.workers.push(Some(Node { cancel, task }));
+        }
+        Ok(())
+    }
+
+    /// Stop every master and worker.
     pub async fn shutdown(mut self) -> FsResult<()> {
         let mut first = None;
+        for w in self.workers.iter_mut() {
+            if let Some(n) = w.take() {
+                if let Err(e) = n.stop().await {
+                    first.get_or_insert(e);
+                }
+            }
+        }
         for i in 0..self.masters.len() {
             if let Err(e) = self.stop(i).await {
                 first.get_or_insert(e);
@@ -141,7 +197,7 @@ impl HaCluster {
 
 impl Drop for HaCluster {
     fn drop(&mut self) {
-        for n in self.masters.iter().flatten() {
+        for n in self.masters.iter().chain(&self.workers).flatten() {
             n.cancel.cancel();
         }
     }

@@ -3,8 +3,16 @@
 //! `worker.heartbeat_interval` with its tier reports and the blocks committed/removed
 //! since the last delivered heartbeat.
 //! It re-registers when the master says it does not know the worker, or after the
-//! master was unreachable (it may have restarted). Blocks the master lists in
-//! `delete_blocks` are deleted and reported as removed in the next heartbeat.
+//! master was unreachable (it may have restarted).
+//!
+//! With replicated masters the worker is given every master (`master.peers`) and
+//! talks to the leader alone: a follower answers `NotLeader { leader }`, and the
+//! worker moves to the master named (or, when none is, or a master does not answer, to
+//! the next one) and registers there, with a full block report, before it
+//! heartbeats. A leader that changes is thus always told the worker's blocks anew.
+//!
+//! Blocks the master lists in `delete_blocks` are deleted and reported as removed in
+//! the next heartbeat.
 //!
 //! A worker short of space asks for a heartbeat at once (`EarlyHeartbeat`) before it
 //! evicts anything: blocks of files just deleted or overwritten are only freed when a
@@ -36,7 +44,9 @@ pub const AUTH_METADATA_KEY: &str = "x-curvine-token";
 const MAX_RETRY_WAIT: Duration = Duration::from_secs(1);
 
 pub struct HeartbeatConf {
-    pub master_addr: String,
+    /// Every master the worker may report to (`host:port`); the leader is found among
+    /// them and through the hints of the others.
+    pub master_addrs: Vec<String>,
     pub address: WorkerAddress,
     pub interval: Duration,
     pub rpc_timeout: Duration,
@@ -50,9 +60,10 @@ pub struct HeartbeatConf {
 
 /// This worker's id and the session key of its current registration with the master
 /// (`None` while it is not registered): the master gives mount secrets only to a
-/// caller that shows them.
+/// caller that shows them; and the address of that master, the only one that knows the
+/// key.
 #[derive(Debug, Default)]
-pub struct Registration(Mutex<Option<(u32, String)>>);
+pub struct Registration(Mutex<Option<(u32, String)>>, Mutex<String>);
 
 impl Registration {
     pub fn get(&self) -> Option<(u32, String)> {
@@ -63,6 +74,17 @@ impl Registration {
     }
     fn set(&self, v: Option<(u32, String)>) {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = v;
+    }
+
+    /// The master this worker registered with last (empty before it first did).
+    pub fn master(&self) -> String {
+        self.1
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+    fn set_master(&self, addr: &str) {
+        *self.1.lock().unwrap_or_else(PoisonError::into_inner) = addr.to_string();
     }
 }
 
@@ -156,6 +178,11 @@ struct Session {
     copies: TaskTracker,
     cancel: CancellationToken,
     client: Option<MasterServiceClient<Channel>>,
+    /// Index in `conf.master_addrs` of the master talked to.
+    current: usize,
+    /// Hints followed at once since the last registration: stale hints that point
+    /// around in a circle during an election must not spin.
+    hops: usize,
     worker_id: u32,
     cluster_id: String,
     /// This worker's background tasks, reported with each heartbeat.
@@ -188,6 +215,8 @@ pub async fn run_heartbeat_with(
         copies: TaskTracker::new(),
         cancel: cancel.clone(),
         client: None,
+        current: 0,
+        hops: 0,
         all,
     };
     heartbeat_loop(&mut s, &task).await;
@@ -204,21 +233,22 @@ async fn heartbeat_loop(s: &mut Session, task: &Task) {
     loop {
         let wait = if !registered {
             early.set_registered(None);
-            task.busy(format!(
-                "register with the master at {}",
-                s.conf.master_addr
-            ));
+            task.busy(format!("register with the master at {}", s.master()));
             match s.register().await {
                 Ok(()) => {
                     task.idle();
                     registered = true;
+                    s.hops = 0;
                     early.set_registered(Some(s.conf.interval));
                     s.conf.interval
                 }
                 Err(e) => {
                     task.failed(&e);
-                    warn!(master = %s.conf.master_addr, error = %e, "register with the master failed, retrying");
-                    s.client = None;
+                    if s.follow(&e) {
+                        // the leader is named: register there at once
+                        continue;
+                    }
+                    warn!(master = %s.master(), error = %e, "register with the master failed, retrying");
                     retry_wait
                 }
             }
@@ -244,9 +274,12 @@ async fn heartbeat_loop(s: &mut Session, task: &Task) {
                     continue;
                 }
                 Err(e) => {
-                    warn!(master = %s.conf.master_addr, error = %e, "heartbeat failed; will re-register");
-                    s.client = None;
                     registered = false;
+                    if s.follow(&e) {
+                        info!(master = %s.master(), "the leader changed; registering with it");
+                        continue;
+                    }
+                    warn!(master = %s.master(), error = %e, "heartbeat failed; will re-register");
                     retry_wait
                 }
             }
@@ -260,12 +293,47 @@ async fn heartbeat_loop(s: &mut Session, task: &Task) {
 }
 
 impl Session {
+    /// The master talked to now.
+    fn master(&self) -> &str {
+        let a = &self.conf.master_addrs;
+        a.get(self.current).or(a.first()).map_or("", |s| s.as_str())
+    }
+
+    /// After a failed call: drop the connection and choose the master to talk to next.
+    /// True when `e` named the leader (`NotLeader` with a hint), to be tried at once
+    /// (a few times in a row at most); else the next master is tried after the usual
+    /// wait.
+    fn follow(&mut self, e: &FsError) -> bool {
+        self.client = None;
+        match e {
+            FsError::NotLeader { leader } if !leader.is_empty() => {
+                let addrs = &mut self.conf.master_addrs;
+                self.current = match addrs.iter().position(|a| a == leader) {
+                    Some(i) => i,
+                    None => {
+                        // a master added to the group since this worker started
+                        addrs.push(leader.clone());
+                        addrs.len() - 1
+                    }
+                };
+                self.hops += 1;
+                self.hops <= self.conf.master_addrs.len()
+            }
+            _ => {
+                // no leader known there, or that master did not answer
+                self.current = (self.current + 1) % self.conf.master_addrs.len().max(1);
+                false
+            }
+        }
+    }
+
     async fn client(&mut self) -> FsResult<MasterServiceClient<Channel>> {
         if let Some(c) = &self.client {
             return Ok(c.clone());
         }
-        let ep = Endpoint::from_shared(format!("http://{}", self.conf.master_addr))
-            .map_err(|e| FsError::config(format!("master address {}: {e}", self.conf.master_addr)))?
+        let master = self.master().to_string();
+        let ep = Endpoint::from_shared(format!("http://{master}"))
+            .map_err(|e| FsError::config(format!("master address {master}: {e}")))?
             .connect_timeout(self.conf.connect_timeout)
             .timeout(self.conf.rpc_timeout);
         let ch = ep.connect().await?;
@@ -332,6 +400,8 @@ impl Session {
         self.conf
             .registration
             .set(Some((resp.worker_id, resp.session)));
+        let master = self.master().to_string();
+        self.conf.registration.set_master(&master);
         let per_page = self.conf.report_page.max(1);
         let (mut first, mut pages, mut blocks) = (0u64, 0, 0);
         loop {
@@ -367,7 +437,7 @@ impl Session {
             first = last + 1;
         }
         info!(worker_id = self.worker_id, blocks, pages,
-            secs = started.elapsed().as_secs_f64(), master = %self.conf.master_addr,
+            secs = started.elapsed().as_secs_f64(), master = %self.master(),
             "registered with the master");
         Ok(())
     }

@@ -47,6 +47,17 @@ pub use layout::block_path;
 
 /// Open the block store described by `conf` (prepares dirs, clears staging, rebuilds
 /// the index). Blocking.
+/// The masters a worker reports to: every master of `master.peers` when the masters
+/// are replicated (the worker finds the leader among them), else `master.hostname`
+/// and `master.rpc_port`.
+pub fn worker_masters(conf: &ClusterConf) -> FsResult<Vec<String>> {
+    let peers = conf.master.peer_list()?;
+    if peers.is_empty() {
+        return Ok(vec![conf.master_addr()]);
+    }
+    Ok(peers.into_iter().map(|p| p.addr).collect())
+}
+
 pub fn open_store(conf: &ClusterConf, worker: String) -> FsResult<Arc<BlockStore>> {
     let w = &conf.worker;
     let chunk_size = u32::try_from(w.chunk_size.as_u64())
@@ -111,7 +122,7 @@ pub async fn run_with_web(
         )),
     });
     let hb = heartbeat::HeartbeatConf {
-        master_addr: conf.master_addr(),
+        master_addrs: worker_masters(&conf)?,
         address: WorkerAddress {
             worker_id: 0,
             host: conf.worker.hostname.clone(),
@@ -137,7 +148,7 @@ pub async fn run_with_web(
         rate: conf.worker.scrub_rate.as_u64(),
         interval: conf.worker.scrub_interval.get(),
     };
-    info!(%worker, master = %conf.master_addr(), "worker starting");
+    info!(%worker, masters = ?hb.master_addrs, "worker starting");
     let tasks = Tasks::new(&cancel);
     if let Some(l) = web {
         let app = web::app(&conf, &store);

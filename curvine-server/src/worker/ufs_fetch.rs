@@ -81,8 +81,13 @@ impl UfsCtx {
         if let Some(v) = self.ops.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
             return Ok(v.clone());
         }
-        let ep = Endpoint::from_shared(format!("http://{}", self.master_addr))
-            .map_err(|e| FsError::config(format!("master address {}: {e}", self.master_addr)))?
+        // the master the worker registered with: the only one that knows its session
+        let master = match self.registration.master() {
+            m if m.is_empty() => self.master_addr.clone(),
+            m => m,
+        };
+        let ep = Endpoint::from_shared(format!("http://{master}"))
+            .map_err(|e| FsError::config(format!("master address {master}: {e}")))?
             .connect_timeout(self.timeout)
             .timeout(self.timeout);
         let (worker_id, session) = self

@@ -28,6 +28,25 @@ pub enum AdminCmd {
         #[arg(long)]
         no_wait: bool,
     },
+    /// List the masters of the group as its leader sees them: id, address, role
+    /// (leader, follower, learner, unreachable), last log index and lag.
+    Masters {
+        /// Print a JSON list of objects (`id`, `address`, `role`, `last_log_index`,
+        /// `lag`, `voter`).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a master to the group: it must run already, configured with `node_id = ID`
+    /// and not among its `master.peers`. It joins as a learner and becomes a voter once
+    /// it has caught up with the log.
+    AddMaster {
+        /// The new master's id (a positive number no member has).
+        id: u64,
+        /// host:port of its RPC port.
+        addr: String,
+    },
+    /// Remove a master from the group (stop it afterwards). The last voter stays.
+    RemoveMaster { id: u64 },
 }
 
 pub async fn run(fs: &CurvineFs, cmd: AdminCmd, mode: Mode) -> anyhow::Result<()> {
@@ -37,7 +56,56 @@ pub async fn run(fs: &CurvineFs, cmd: AdminCmd, mode: Mode) -> anyhow::Result<()
             cancel,
             no_wait,
         } => decommission(fs, &worker, cancel, no_wait, mode).await,
+        AdminCmd::Masters { json } => masters(fs, json).await,
+        AdminCmd::AddMaster { id, addr } => {
+            fs.add_master(id, &addr).await?;
+            let mut out = Stdout::lock();
+            writeln!(out, "master {id} at {addr}: added as a voter")?;
+            Ok(out.flush()?)
+        }
+        AdminCmd::RemoveMaster { id } => {
+            fs.remove_master(id).await?;
+            let mut out = Stdout::lock();
+            writeln!(out, "master {id}: removed from the group")?;
+            Ok(out.flush()?)
+        }
     }
+}
+
+async fn masters(fs: &CurvineFs, json: bool) -> anyhow::Result<()> {
+    let r = fs.list_masters().await?;
+    let mut out = Stdout::lock();
+    if json {
+        let list: Vec<serde_json::Value> = r
+            .masters
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "id": m.id,
+                    "address": m.address,
+                    "role": m.role,
+                    "last_log_index": m.last_log_index,
+                    "lag": m.lag,
+                    "voter": m.voter,
+                })
+            })
+            .collect();
+        writeln!(out, "{}", serde_json::Value::Array(list))?;
+        return Ok(out.flush()?);
+    }
+    writeln!(
+        out,
+        "{:>4}  {:<24} {:<12} {:>10} {:>8}",
+        "ID", "ADDRESS", "ROLE", "LAST_INDEX", "LAG"
+    )?;
+    for m in &r.masters {
+        writeln!(
+            out,
+            "{:>4}  {:<24} {:<12} {:>10} {:>8}",
+            m.id, m.address, m.role, m.last_log_index, m.lag
+        )?;
+    }
+    Ok(out.flush()?)
 }
 
 async fn decommission(

@@ -9,6 +9,7 @@
 //! replication it waits for.
 
 mod log_store;
+mod members;
 mod network;
 mod state_machine;
 pub(super) mod wire;
@@ -53,29 +54,24 @@ openraft::declare_raft_types!(
 pub type Raft = openraft::Raft<Cfg>;
 
 /// The cluster id of a replicated group, the same on every master: made of
-/// `cluster.name` and `master.peers` (a master configured for another group is refused).
+/// `cluster.name` alone, so a master added later (`cv admin add-master`) formats with
+/// the group's id whatever `master.peers` it was given; a master of a group of another
+/// name is refused.
 pub fn group_id(conf: &ClusterConf) -> String {
-    let mut peers: Vec<String> = (conf.master.peer_list())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|p| format!("{}={}", p.id, p.addr))
-        .collect();
-    peers.sort();
-    // FNV-1a: stable across builds and platforms
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in peers.join(",").bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("cv-{}-{h:016x}", conf.cluster.name)
+    format!("cv-{}", conf.cluster.name)
 }
 
 /// This master's place in the replicated group.
 pub struct Replica {
     pub id: u64,
     raft: Raft,
-    /// id -> `host:port` of every master (`master.peers`).
+    /// id -> `host:port` of the masters of `master.peers`: the addresses of the
+    /// group before its membership is known here.
     peers: BTreeMap<u64, String>,
+    /// When each peer last answered this master's raft calls.
+    reach: Arc<network::Reach>,
+    /// `master.election_timeout`: a member silent for longer is `unreachable`.
+    election_timeout: Duration,
     metrics: watch::Receiver<RaftMetrics<u64, BasicNode>>,
     handle: tokio::runtime::Handle,
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
@@ -116,11 +112,13 @@ impl Replica {
         let handle = runtime.handle().clone();
         let log = log_store::LogStore::new(store.clone(), conf.journal.sync);
         let sm = state_machine::StateMachine::open(store, ns)?;
+        let reach = Arc::new(network::Reach::default());
         let net = network::Net {
             cluster_id,
             from: m.node_id,
             token: conf.cluster.auth_token.clone(),
             connect_timeout: conf.client.connect_timeout.get(),
+            reach: reach.clone(),
         };
         let id = m.node_id;
         let raft = handle
@@ -133,9 +131,14 @@ impl Replica {
             .map(|(id, a)| (*id, BasicNode::new(a)))
             .collect();
         let r = raft.clone();
+        let joins = m.joins();
         handle
             .spawn(async move {
                 match r.is_initialized().await {
+                    Ok(false) if joins => info!(
+                        "this master is not among master.peers: it waits to be added \
+                         (cv admin add-master)"
+                    ),
                     Ok(false) => match r.initialize(members).await {
                         Ok(()) => info!("initialized the master group"),
                         Err(e) => debug!(error = %e, "the master group was initialized elsewhere"),
@@ -147,11 +150,15 @@ impl Replica {
             .await
             .map_err(|e| FsError::internal(format!("initialize raft: {e}")))?;
         info!(node_id = id, peers = ?peers, "master replication started");
+        let metrics = raft.metrics();
+        members::note_stored_membership(&metrics.borrow(), &peers);
         Ok(Arc::new(Replica {
             id,
-            metrics: raft.metrics(),
+            metrics,
             raft,
             peers,
+            reach,
+            election_timeout: m.election_timeout.get(),
             handle,
             runtime: Mutex::new(Some(runtime)),
         }))
@@ -165,21 +172,30 @@ impl Replica {
         }
     }
 
+    /// The address of master `leader`: from the current membership (so masters added
+    /// later are named), else from `master.peers`.
     fn leader_addr(&self, leader: Option<u64>) -> String {
-        leader
-            .and_then(|l| self.peers.get(&l))
-            .cloned()
-            .unwrap_or_default()
+        let Some(l) = leader else {
+            return String::new();
+        };
+        let m = self.metrics.borrow();
+        match m.membership_config.membership().get_node(&l) {
+            Some(n) => n.addr.clone(),
+            None => self.peers.get(&l).cloned().unwrap_or_default(),
+        }
     }
 
     /// `Ok` when this master is the leader; else `NotLeader` naming the leader it knows.
     pub fn check_leader(&self) -> FsResult<()> {
-        let m = self.metrics.borrow();
-        if m.state.is_leader() && m.current_leader == Some(self.id) {
+        let (leads, leader) = {
+            let m = self.metrics.borrow();
+            (m.state.is_leader(), m.current_leader)
+        };
+        if leads && leader == Some(self.id) {
             Ok(())
         } else {
             Err(FsError::NotLeader {
-                leader: self.leader_addr(m.current_leader),
+                leader: self.leader_addr(leader),
             })
         }
     }

@@ -3,7 +3,9 @@
 //! (`RaftSvc`). A request names the sender's cluster id; a master of another cluster is
 //! refused, and a body that does not decode is refused without reaching openraft.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use curvine_common::proto::raft_service_client::RaftServiceClient;
 use curvine_common::proto::raft_service_server::RaftService;
@@ -28,12 +30,31 @@ pub const KIND_APPEND: u32 = 1;
 pub const KIND_VOTE: u32 = 2;
 pub const KIND_SNAPSHOT: u32 = 3;
 
+/// When each peer last answered a raft call: the leader's view of which masters it
+/// reaches (`cv admin masters`).
+#[derive(Debug, Default)]
+pub struct Reach(Mutex<HashMap<u64, Instant>>);
+
+impl Reach {
+    fn answered(&self, id: u64) {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.insert(id, Instant::now());
+    }
+
+    /// How long ago master `id` last answered (`None`: never since this master started).
+    pub fn since(&self, id: u64) -> Option<Duration> {
+        let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(&id).map(|t| t.elapsed())
+    }
+}
+
 /// Makes a client per peer.
 pub struct Net {
     pub cluster_id: String,
     pub from: u64,
     pub token: String,
     pub connect_timeout: Duration,
+    pub reach: Arc<Reach>,
 }
 
 impl RaftNetworkFactory<Cfg> for Net {
@@ -48,6 +69,7 @@ impl RaftNetworkFactory<Cfg> for Net {
             token: self.token.clone(),
             connect_timeout: self.connect_timeout,
             client: None,
+            reach: self.reach.clone(),
         }
     }
 }
@@ -60,6 +82,7 @@ pub struct PeerClient {
     token: String,
     connect_timeout: Duration,
     client: Option<RaftServiceClient<Channel>>,
+    reach: Arc<Reach>,
 }
 
 type RpcErr<E = openraft::error::Infallible> = RPCError<u64, BasicNode, RaftError<u64, E>>;
@@ -108,7 +131,13 @@ impl PeerClient {
             }
         }
         let mut client = client;
-        match tokio::time::timeout(ttl, client.call(req)).await {
+        let r = tokio::time::timeout(ttl, client.call(req)).await;
+        if matches!(&r, Ok(Ok(_)))
+            || matches!(&r, Ok(Err(s)) if s.code() != tonic::Code::Unavailable)
+        {
+            self.reach.answered(self.target);
+        }
+        match r {
             Ok(Ok(r)) => Ok(r.into_inner().body),
             Ok(Err(s)) if s.code() == tonic::Code::Unavailable => Err(RPCError::Unreachable(
                 Unreachable::new(&FsError::Unavailable {

@@ -90,6 +90,9 @@ impl MasterService for FakeMaster {
         cancel_load(CancelLoadRequest) -> CancelLoadResponse;
         persist(PersistRequest) -> PersistResponse;
         decommission(DecommissionRequest) -> DecommissionResponse;
+        list_masters(ListMastersRequest) -> ListMastersResponse;
+        add_master(AddMasterRequest) -> AddMasterResponse;
+        remove_master(RemoveMasterRequest) -> RemoveMasterResponse;
     }
 
     async fn register_worker(
