@@ -191,6 +191,7 @@ impl MasterService for MasterSvc {
     async fn get_status(&self, req: Request<GetStatusRequest>) -> Reply<GetStatusResponse> {
         fault_rpc!("master.GetStatus", &req);
         let r = req.into_inner();
+        self.ns.linearize(&r.caller).await?;
         self.ns.ufs_prepare(&r.path, false, false).await?;
         let st = self
             .run("get_status", move |ns| {
@@ -203,6 +204,7 @@ impl MasterService for MasterSvc {
     async fn list(&self, req: Request<ListRequest>) -> Reply<ListResponse> {
         fault_rpc!("master.List", &req);
         let r = req.into_inner();
+        self.ns.linearize(&r.caller).await?;
         self.ns.ufs_prepare(&r.path, true, false).await?;
         let (statuses, has_more) = self
             .run("list", move |ns| {
@@ -215,6 +217,7 @@ impl MasterService for MasterSvc {
     async fn open(&self, req: Request<OpenRequest>) -> Reply<OpenResponse> {
         fault_rpc!("master.Open", &req);
         let r = req.into_inner();
+        self.ns.linearize(&r.caller).await?;
         self.ns.ufs_prepare(&r.path, false, false).await?;
         let (st, blocks) = self
             .run("open", move |ns| {
@@ -322,6 +325,7 @@ impl MasterService for MasterSvc {
     async fn readlink(&self, req: Request<ReadlinkRequest>) -> Reply<ReadlinkResponse> {
         fault_rpc!("master.Readlink", &req);
         let r = req.into_inner();
+        self.ns.linearize(&r.caller).await?;
         let target = self
             .run("readlink", move |ns| {
                 ns.readlink(&r.path, &caller(&r.caller))
@@ -356,6 +360,7 @@ impl MasterService for MasterSvc {
     async fn get_xattr(&self, req: Request<GetXattrRequest>) -> Reply<GetXattrResponse> {
         fault_rpc!("master.GetXattr", &req);
         let r = req.into_inner();
+        self.ns.linearize(&r.caller).await?;
         let value = self
             .run("get_xattr", move |ns| {
                 ns.get_xattr(&r.path, &r.name, &caller(&r.caller))
@@ -367,6 +372,7 @@ impl MasterService for MasterSvc {
     async fn list_xattr(&self, req: Request<ListXattrRequest>) -> Reply<ListXattrResponse> {
         fault_rpc!("master.ListXattr", &req);
         let r = req.into_inner();
+        self.ns.linearize(&r.caller).await?;
         let names = self
             .run("list_xattr", move |ns| {
                 ns.list_xattr(&r.path, &caller(&r.caller))

@@ -10,6 +10,7 @@
 
 mod log_store;
 mod network;
+mod reads;
 mod state_machine;
 pub(super) mod wire;
 
@@ -79,6 +80,8 @@ pub struct Replica {
     metrics: watch::Receiver<RaftMetrics<u64, BasicNode>>,
     handle: tokio::runtime::Handle,
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
+    /// Reads waiting for the leadership to be confirmed (`reads`).
+    reads: reads::ReadIndex,
 }
 
 impl Replica {
@@ -154,6 +157,7 @@ impl Replica {
             peers,
             handle,
             runtime: Mutex::new(Some(runtime)),
+            reads: Default::default(),
         }))
     }
 
