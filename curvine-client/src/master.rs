@@ -1,6 +1,7 @@
 //! The control-plane client: one framed connection (`master_conn`) to the current master,
-//! shared by every call, per-call timeouts, retries of idempotent calls and failover
-//! across `client.master_addrs` on `Unavailable` / `NotLeader`.
+//! shared by every call, per-call timeouts, retries of idempotent calls and of mutations
+//! the master applies once per request id (`CallKind::Once`), and failover across
+//! `client.master_addrs` on `Unavailable` / `NotLeader`.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,6 +24,10 @@ pub(crate) enum CallKind {
     /// Mutations: retried only when the master surely did not apply them: `NotLeader`,
     /// or the request never reached it (connection refused, as while it restarts).
     Mutation,
+    /// Mutations the master applies once per request id (`CallerInfo.call_id`, kept in
+    /// its retry cache): retried on any retryable error, a lost reply and a failover
+    /// included, with the same id; a retry of one already applied gets its first reply.
+    Once,
 }
 
 pub(crate) struct MasterClient {
@@ -171,6 +176,8 @@ impl MasterClient {
             CallKind::Mutation => {
                 matches!(e, FsError::NotLeader { .. }) || not_applied.load(Ordering::Relaxed)
             }
+            // a lost reply, a stopped master, a timeout: the same request (same id) again
+            CallKind::Once => e.is_retryable(),
         };
         // with several masters, tries go on through an election, within the call's timeout
         let until = (self.addrs.len() > 1).then(|| std::time::Instant::now() + self.rpc_timeout);

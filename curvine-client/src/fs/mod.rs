@@ -20,7 +20,7 @@ use crate::pool::WorkerPool;
 use crate::reader::FsReader;
 use crate::writer::{FsWriter, SpareCopies};
 
-/// One master call: `rpc!(self, "name", Idempotent|Mutation, request)` is the future of
+/// One master call: `rpc!(self, "name", Idempotent|Mutation|Once, request)` is the future of
 /// `MasterClient::call` (`name` labels errors and logs; the request's type picks the
 /// method).
 macro_rules! rpc {
@@ -40,6 +40,8 @@ pub(crate) struct Inner {
     pub(crate) master: MasterClient,
     pub(crate) pool: WorkerPool,
     client_id: u64,
+    /// The last call id given (`CallerInfo.call_id`).
+    calls: std::sync::atomic::AtomicU64,
     user: String,
     /// Open writers' file ids (with a count of writers each) for lease renewal.
     leases: Mutex<HashMap<u64, usize>>,
@@ -128,6 +130,7 @@ impl CurvineFs {
             pool: WorkerPool::new(conf.client.connect_timeout.get()),
             master,
             client_id: new_client_id(),
+            calls: std::sync::atomic::AtomicU64::new(0),
             user: std::env::var("USER").unwrap_or_default(),
             leases: Mutex::new(HashMap::new()),
             copies: SpareCopies::default(),
@@ -207,6 +210,9 @@ impl CurvineFs {
             client_id: self.inner.client_id,
             groups: self.groups.to_vec(),
             defer_sync: self.defer_sync,
+            // every request gets its own id; a retry resends the same request
+            call_id: (self.inner.calls).fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
+            read_from_followers: self.inner.conf.client.read_from_followers,
         }
     }
 
@@ -258,7 +264,7 @@ impl CurvineFs {
         let kind = if parents {
             CallKind::Idempotent
         } else {
-            CallKind::Mutation
+            CallKind::Once
         };
         let r = self.inner.master.call("mkdir", kind, req).await?;
         status_of(r.status, "mkdir")
@@ -299,7 +305,7 @@ impl CurvineFs {
             exclusive: opts.exclusive,
             first_block: opts.first_block,
         };
-        let r = rpc!(self, "create", Mutation, req).await?;
+        let r = rpc!(self, "create", Once, req).await?;
         let status = status_of(r.status, "create")?;
         Ok(FsWriter::new(self.clone(), status, r.first_block))
     }
@@ -321,7 +327,7 @@ impl CurvineFs {
             path: self.norm(path)?,
             caller: self.caller(),
         };
-        let r = rpc!(self, "append", Mutation, req).await?;
+        let r = rpc!(self, "append", Once, req).await?;
         let status = status_of(r.status, "append")?;
         // the writer continues in a new block: the last one stays as it is
         Ok(FsWriter::new(self.clone(), status, None))
@@ -443,7 +449,7 @@ impl CurvineFs {
             flags,
             caller: self.caller(),
         };
-        Ok(rpc!(self, "rename", Mutation, req).await?.time_ms)
+        Ok(rpc!(self, "rename", Once, req).await?.time_ms)
     }
 
     pub async fn delete(&self, path: &str, recursive: bool) -> FsResult<()> {
@@ -459,7 +465,7 @@ impl CurvineFs {
             recursive,
             caller: self.caller(),
         };
-        let r = rpc!(self, "delete", Mutation, req).await?;
+        let r = rpc!(self, "delete", Once, req).await?;
         if r.deleted {
             Ok(r.parent_mtime_ms)
         } else {
@@ -482,7 +488,7 @@ impl CurvineFs {
             mtime_nsec: attr.mtime_nsec,
             atime_nsec: attr.atime_nsec,
         };
-        let r = rpc!(self, "set_attr", Mutation, req).await?;
+        let r = rpc!(self, "set_attr", Once, req).await?;
         status_of(r.status, "set_attr")
     }
 
@@ -494,7 +500,7 @@ impl CurvineFs {
             len,
             caller: self.caller(),
         };
-        rpc!(self, "truncate", Mutation, req).await?;
+        rpc!(self, "truncate", Once, req).await?;
         Ok(())
     }
 
@@ -511,7 +517,7 @@ impl CurvineFs {
             link: self.norm(link)?,
             caller: self.caller(),
         };
-        let r = rpc!(self, "symlink", Mutation, req).await?;
+        let r = rpc!(self, "symlink", Once, req).await?;
         status_of(r.status, "symlink")
     }
 
@@ -532,7 +538,7 @@ impl CurvineFs {
             rdev,
             caller: self.caller(),
         };
-        let r = rpc!(self, "mknod", Mutation, req).await?;
+        let r = rpc!(self, "mknod", Once, req).await?;
         status_of(r.status, "mknod")
     }
 
@@ -552,7 +558,7 @@ impl CurvineFs {
             dst: self.norm(dst)?,
             caller: self.caller(),
         };
-        let r = rpc!(self, "link", Mutation, req).await?;
+        let r = rpc!(self, "link", Once, req).await?;
         status_of(r.status, "link")
     }
 
@@ -570,7 +576,7 @@ impl CurvineFs {
             flags,
             caller: self.caller(),
         };
-        rpc!(self, "set_xattr", Mutation, req).await?;
+        rpc!(self, "set_xattr", Once, req).await?;
         Ok(())
     }
 
@@ -599,7 +605,7 @@ impl CurvineFs {
             name: name.to_string(),
             caller: self.caller(),
         };
-        rpc!(self, "remove_xattr", Mutation, req).await?;
+        rpc!(self, "remove_xattr", Once, req).await?;
         Ok(())
     }
 

@@ -36,7 +36,7 @@ impl CurvineFs {
             caller: self.caller(),
             excluded_workers,
         };
-        let r = rpc!(self, "add_block", Mutation, req).await?;
+        let r = rpc!(self, "add_block", Once, req).await?;
         r.block
             .ok_or_else(|| FsError::protocol("add_block reply without a block"))
     }
@@ -58,7 +58,7 @@ impl CurvineFs {
             min_len,
             mtime_ms,
         };
-        let r = rpc!(self, "complete", Mutation, req).await?;
+        let r = rpc!(self, "complete", Once, req).await?;
         status_of(r.status, "complete")
     }
 
@@ -77,7 +77,7 @@ impl CurvineFs {
             len,
             caller: self.caller(),
         };
-        let r = rpc!(self, "sync", Mutation, req).await?;
+        let r = rpc!(self, "sync", Once, req).await?;
         status_of(r.status, "sync")
     }
 

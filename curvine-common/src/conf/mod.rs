@@ -72,6 +72,12 @@ pub struct MasterConf {
     pub worker_lost_timeout: Dur,
     /// A file whose writer has not renewed its lease for this long is removed.
     pub lease_timeout: Dur,
+    /// How long the master remembers a client's mutation (its request id and reply), so
+    /// a retry of it after a lost reply or a failover is answered, not applied again.
+    /// Longer than `client.rpc_timeout`, within which a client retries.
+    pub retry_cache_ttl: Dur,
+    /// At most this many remembered mutations; the oldest go first.
+    pub retry_cache_entries: u64,
     /// Entries per `list` reply page.
     pub list_page_size: u32,
     /// Inodes a recursive delete removes per journal entry. A larger subtree is
@@ -235,6 +241,8 @@ impl Default for MasterConf {
             storage_tier: Tier(StorageTier::Mem),
             worker_lost_timeout: Dur(Duration::from_secs(30)),
             lease_timeout: Dur(Duration::from_secs(60)),
+            retry_cache_ttl: Dur(Duration::from_secs(600)),
+            retry_cache_entries: 100_000,
             list_page_size: 1000,
             delete_batch: 1000,
             max_name_len: 255,
@@ -440,6 +448,10 @@ pub struct ClientConf {
     /// Attempts for idempotent master calls on a retryable error.
     pub rpc_retries: u32,
     pub retry_backoff: Dur,
+    /// Replicated masters: reads (stats, listings, opens) may be answered by a follower
+    /// from what it has applied, slightly behind the leader. Off = every read is
+    /// linearizable: served by the leader once it has confirmed its leadership.
+    pub read_from_followers: bool,
     /// Host name this client reports for local-worker placement and short-circuit.
     pub hostname: String,
 }
@@ -461,6 +473,7 @@ impl Default for ClientConf {
             rpc_timeout: Dur(Duration::from_secs(30)),
             rpc_retries: 5,
             retry_backoff: Dur(Duration::from_millis(200)),
+            read_from_followers: false,
             hostname: "127.0.0.1".into(),
         }
     }

@@ -24,7 +24,7 @@ impl Namespace {
     /// Every check comes first: a refused call changes nothing.
     pub fn set_attr(&self, req: &SetAttrRequest) -> FsResult<(FileStatus, u64)> {
         let c = req.caller.clone().unwrap_or_default();
-        self.mutate(c.client_id, |txn| {
+        self.mutate_call(&c, |txn| {
             let w = self.walk(&*txn, &req.path, &c, !req.no_follow)?;
             let mut ino = w.existing()?.clone();
             let root = is_root(&c);
@@ -136,7 +136,7 @@ impl Namespace {
                 value.len()
             )));
         }
-        self.mutate(c.client_id, |txn| {
+        self.mutate_call(c, |txn| {
             let w = self.walk(&*txn, path, c, true)?;
             let mut ino = w.existing()?.clone();
             check(c, &ino, 2, || w.path.clone())?;
@@ -175,7 +175,7 @@ impl Namespace {
     }
 
     pub fn remove_xattr(&self, path: &str, name: &str, c: &CallerInfo) -> FsResult<((), u64)> {
-        self.mutate(c.client_id, |txn| {
+        self.mutate_call(c, |txn| {
             let w = self.walk(&*txn, path, c, true)?;
             let mut ino = w.existing()?.clone();
             check(c, &ino, 2, || w.path.clone())?;

@@ -47,7 +47,7 @@ impl Namespace {
                 "replicas {replicas} is out of range (1..=16)"
             )));
         }
-        self.mutate(c.client_id, |txn| {
+        self.mutate_call(&c, |txn| {
             let parent = if req.create_parents {
                 self.mkdirs_for(txn, &req.path, &c)?
             } else {
@@ -139,7 +139,7 @@ impl Namespace {
         req: &AppendRequest,
     ) -> FsResult<((FileStatus, Option<LocatedBlock>), u64)> {
         let c = req.caller.clone().unwrap_or_default();
-        let (st, seq) = self.mutate(c.client_id, |txn| {
+        let (st, seq) = self.mutate_call(&c, |txn| {
             let w = self.walk(&*txn, &req.path, &c, true)?;
             let mut ino = w.existing()?.clone();
             if is_dir(&ino) {
@@ -268,7 +268,7 @@ impl Namespace {
 
     pub fn add_block(&self, req: &AddBlockRequest) -> FsResult<(LocatedBlock, u64)> {
         let c = req.caller.clone().unwrap_or_default();
-        self.mutate(c.client_id, |txn| {
+        self.mutate_call(&c, |txn| {
             let mut ino = self.writing(txn, req.file_id, &req.path, c.client_id)?;
             let offset = self.commit_blocks(txn, &mut ino, &req.previous)?;
             let block =
@@ -343,7 +343,7 @@ impl Namespace {
 
     pub fn complete(&self, req: &CompleteRequest) -> FsResult<(FileStatus, u64)> {
         let c = req.caller.clone().unwrap_or_default();
-        self.mutate(c.client_id, |txn| {
+        self.mutate_call(&c, |txn| {
             if let Some(ino) = txn.inode(req.file_id)? {
                 if is_file(&ino) && ino.complete && self.leases.touch(ino.id, c.client_id).is_none() {
                     // A retried complete whose reply was lost.
@@ -383,7 +383,7 @@ impl Namespace {
     /// survive the writer (abandon and lease expiry keep the committed blocks).
     pub fn sync(&self, req: &SyncRequest) -> FsResult<(FileStatus, u64)> {
         let c = req.caller.clone().unwrap_or_default();
-        self.mutate(c.client_id, |txn| {
+        self.mutate_call(&c, |txn| {
             let mut ino = self.writing(txn, req.file_id, &req.path, c.client_id)?;
             let len = self.commit_blocks(txn, &mut ino, &req.blocks)?;
             if len != req.len {
@@ -510,7 +510,7 @@ impl Namespace {
     }
 
     pub fn truncate(&self, path: &str, len: u64, c: &CallerInfo) -> FsResult<(FileStatus, u64)> {
-        self.mutate(c.client_id, |txn| {
+        self.mutate_call(c, |txn| {
             let w = self.walk(&*txn, path, c, true)?;
             let mut ino = w.existing()?.clone();
             if is_dir(&ino) {

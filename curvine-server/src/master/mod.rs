@@ -30,6 +30,7 @@ mod raft;
 mod records;
 mod replicated;
 mod replication;
+mod retry_cache;
 mod service;
 mod store;
 mod syncer;
@@ -49,6 +50,8 @@ mod tests_posix;
 mod tests_purge;
 #[cfg(test)]
 mod tests_replication;
+#[cfg(test)]
+mod tests_retry;
 #[cfg(test)]
 mod tests_rpc;
 #[cfg(test)]

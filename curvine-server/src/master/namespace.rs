@@ -58,6 +58,8 @@ pub struct Namespace {
     pub(super) purge: super::purge::Purge,
     /// Replicated masters (`master.peers`): this master's Raft node, set once at start.
     pub(super) replica: std::sync::OnceLock<Arc<super::raft::Replica>>,
+    /// Where expiry of the retry cache resumes (`retry_cache`).
+    pub(super) retries: super::retry_cache::RetryCache,
 }
 
 /// Read access shared by the store (lock-free reads) and a transaction (its own
@@ -532,6 +534,7 @@ impl Namespace {
             opened: Default::default(),
             purge: Default::default(),
             replica: Default::default(),
+            retries: Default::default(),
         };
         ns.workers.load(&ns.store)?;
         // Writers of files open before the restart get a fresh lease to continue.

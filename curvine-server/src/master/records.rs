@@ -159,6 +159,9 @@ pub struct Counters {
     pub blocks: u64,
     #[prost(uint64, tag = "6")]
     pub next_mount: u64,
+    /// Mutations in the retry cache (`retry_cache`).
+    #[prost(uint64, tag = "7")]
+    pub retry_entries: u64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

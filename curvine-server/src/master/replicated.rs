@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use curvine_common::proto::CallerInfo;
 use curvine_common::types::now_ms;
 use curvine_common::FsResult;
 use prost::Message;
@@ -27,6 +28,19 @@ impl Namespace {
         self.replica.get().map_or(Ok(()), |r| r.check_leader())
     }
 
+    /// Before a read: on a replicated master, unless the caller accepts a follower's
+    /// applied state (`CallerInfo.read_from_followers`), `NotLeader` on a follower and,
+    /// on the leader, a read index (`Replica::read_index`), so the read sees every
+    /// mutation acknowledged before it came.
+    pub(super) async fn linearize(&self, c: &Option<CallerInfo>) -> FsResult<()> {
+        match self.replica.get() {
+            Some(rep) if !c.as_ref().is_some_and(|c| c.read_from_followers) => {
+                rep.read_index().await
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// `mutate` on a replicated master. A follower refuses with `NotLeader` before it
     /// builds anything. The leader holds the mutation lock until its entry is applied,
     /// so the next mutation's `Txn` reads the state this one made. Returns sequence 0:
@@ -39,6 +53,8 @@ impl Namespace {
     ) -> FsResult<(R, u64)> {
         rep.check_leader()?;
         rep.blocking(|| {
+            // a new leader first applies what earlier leaders committed
+            rep.ready_to_mutate(self.conf.election_timeout.get())?;
             let _guard = self.mu.lock().unwrap_or_else(|p| p.into_inner());
             let counters = self.store.counters()?;
             let mut txn = Txn {

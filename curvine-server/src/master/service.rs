@@ -212,6 +212,7 @@ impl MasterService for MasterSvc {
     async fn get_status(&self, req: Request<GetStatusRequest>) -> Reply<GetStatusResponse> {
         fault_rpc!("master.GetStatus", &req);
         let r = req.into_inner();
+        self.ns.linearize(&r.caller).await?;
         self.ns.ufs_prepare(&r.path, false, false).await?;
         let st = self
             .run("get_status", move |ns| {
@@ -224,6 +225,7 @@ impl MasterService for MasterSvc {
     async fn list(&self, req: Request<ListRequest>) -> Reply<ListResponse> {
         fault_rpc!("master.List", &req);
         let r = req.into_inner();
+        self.ns.linearize(&r.caller).await?;
         self.ns.ufs_prepare(&r.path, true, false).await?;
         let (statuses, has_more) = self
             .run("list", move |ns| {
@@ -238,6 +240,7 @@ impl MasterService for MasterSvc {
         // the leader alone hears the workers, so it alone knows which replicas are live
         self.ns.check_leads()?;
         let r = req.into_inner();
+        self.ns.linearize(&r.caller).await?;
         self.ns.ufs_prepare(&r.path, false, false).await?;
         let (st, blocks) = self
             .run("open", move |ns| {
@@ -345,6 +348,7 @@ impl MasterService for MasterSvc {
     async fn readlink(&self, req: Request<ReadlinkRequest>) -> Reply<ReadlinkResponse> {
         fault_rpc!("master.Readlink", &req);
         let r = req.into_inner();
+        self.ns.linearize(&r.caller).await?;
         let target = self
             .run("readlink", move |ns| {
                 ns.readlink(&r.path, &caller(&r.caller))
@@ -379,6 +383,7 @@ impl MasterService for MasterSvc {
     async fn get_xattr(&self, req: Request<GetXattrRequest>) -> Reply<GetXattrResponse> {
         fault_rpc!("master.GetXattr", &req);
         let r = req.into_inner();
+        self.ns.linearize(&r.caller).await?;
         let value = self
             .run("get_xattr", move |ns| {
                 ns.get_xattr(&r.path, &r.name, &caller(&r.caller))
@@ -390,6 +395,7 @@ impl MasterService for MasterSvc {
     async fn list_xattr(&self, req: Request<ListXattrRequest>) -> Reply<ListXattrResponse> {
         fault_rpc!("master.ListXattr", &req);
         let r = req.into_inner();
+        self.ns.linearize(&r.caller).await?;
         let names = self
             .run("list_xattr", move |ns| {
                 ns.list_xattr(&r.path, &caller(&r.caller))

@@ -383,6 +383,28 @@ impl Store {
         Ok(out)
     }
 
+    /// At most `limit` `meta` entries under `prefix` from key `from` on (whole keys).
+    pub fn meta_from(
+        &self,
+        prefix: &[u8],
+        from: &[u8],
+        limit: usize,
+    ) -> FsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        let start = if from > prefix { from } else { prefix };
+        for item in self.db.iterator_cf(
+            self.cf(CF_META)?,
+            IteratorMode::From(start, Direction::Forward),
+        ) {
+            let (k, v) = item.map_err(|e| db_err("scan", e))?;
+            if !k.starts_with(prefix) || out.len() >= limit {
+                break;
+            }
+            out.push((k.to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+
     pub fn counters(&self) -> FsResult<Counters> {
         match self.meta(META_COUNTERS)? {
             Some(v) => Counters::decode(&*v).map_err(|e| decode_err("counters", e)),

@@ -22,7 +22,7 @@ impl Namespace {
         mode: u32,
         c: &CallerInfo,
     ) -> FsResult<(FileStatus, u64)> {
-        self.mutate(c.client_id, |txn| {
+        self.mutate_call(c, |txn| {
             let (ino, path) = {
                 let w = self.walk(&*txn, path, c, true);
                 match w {
@@ -183,7 +183,7 @@ impl Namespace {
                 message: "bad symlink target".into(),
             });
         }
-        self.mutate(c.client_id, |txn| {
+        self.mutate_call(c, |txn| {
             let w = self.walk(&*txn, link, c, false)?;
             if w.inode.is_some() {
                 return Err(FsError::exists(&w.path));
@@ -220,7 +220,7 @@ impl Namespace {
                 )))
             }
         }
-        self.mutate(c.client_id, |txn| {
+        self.mutate_call(&c, |txn| {
             let w = self.walk(&*txn, &req.path, &c, false)?;
             if w.inode.is_some() {
                 return Err(FsError::exists(&w.path));
@@ -238,7 +238,7 @@ impl Namespace {
     }
 
     pub fn link(&self, src: &str, dst: &str, c: &CallerInfo) -> FsResult<(FileStatus, u64)> {
-        self.mutate(c.client_id, |txn| {
+        self.mutate_call(c, |txn| {
             let s = self.walk(&*txn, src, c, false)?;
             let mut ino = s.existing()?.clone();
             if is_dir(&ino) {
@@ -269,7 +269,7 @@ impl Namespace {
     /// with `master.delete_batch` inodes or more below it is detached in this entry and
     /// removed in the background (`purge`).
     pub fn delete(&self, path: &str, recursive: bool, c: &CallerInfo) -> FsResult<(i64, u64)> {
-        let ((at, detached), seq) = self.mutate(c.client_id, |txn| {
+        let ((at, detached), seq) = self.mutate_call(c, |txn| {
             let w = self.walk(&*txn, path, c, false)?;
             let Some(parent) = w.parent.clone() else {
                 return Err(FsError::invalid("refusing to delete /"));
@@ -384,7 +384,7 @@ impl Namespace {
         {
             return Err(FsError::invalid(format!("bad rename flags {flags:#x}")));
         }
-        self.mutate(c.client_id, |txn| {
+        self.mutate_call(c, |txn| {
             let s = self.walk(&*txn, src, c, false)?;
             let sdir = s
                 .parent

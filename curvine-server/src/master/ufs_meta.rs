@@ -503,7 +503,7 @@ impl Namespace {
     /// Drop the cached blocks of the persisted files at or under `path`; the entries
     /// stay and the next read fetches the blocks again. Returns (files, blocks, bytes).
     pub fn free(&self, path: &str, c: &CallerInfo) -> FsResult<((u64, u64, u64), u64)> {
-        self.mutate(c.client_id, |txn| {
+        self.mutate_call(c, |txn| {
             let w = self.walk(&*txn, path, c, true)?;
             let ino = w.existing()?.clone();
             let mut n = (0, 0, 0);

@@ -103,6 +103,7 @@ pub(super) fn format(store: &Store, cluster: Option<String>) -> FsResult<()> {
         dirs: 1,
         blocks: 0,
         next_mount: 1,
+        retry_entries: 0,
     };
     let pid = std::process::id();
     let nanos = std::time::SystemTime::now()

@@ -108,11 +108,13 @@ impl HaCluster {
     }
 
     /// Client configuration naming master `i` alone, with one attempt per call: to
-    /// read what that master has, or to see it refuse.
+    /// read what that master has applied (`client.read_from_followers`), or to see it
+    /// refuse a mutation.
     pub fn conf_of(&self, i: usize) -> ClusterConf {
         let mut c = self.confs[i].clone();
         c.client.master_addrs = vec![self.addrs[i].to_string()];
         c.client.rpc_retries = 1;
+        c.client.read_from_followers = true;
         c
     }
 

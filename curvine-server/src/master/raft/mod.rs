@@ -11,6 +11,7 @@
 mod log_store;
 mod members;
 mod network;
+mod reads;
 mod state_machine;
 pub(super) mod wire;
 
@@ -75,6 +76,8 @@ pub struct Replica {
     metrics: watch::Receiver<RaftMetrics<u64, BasicNode>>,
     handle: tokio::runtime::Handle,
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
+    /// Reads waiting for the leadership to be confirmed (`reads`).
+    reads: reads::ReadIndex,
 }
 
 impl Replica {
@@ -161,6 +164,7 @@ impl Replica {
             election_timeout: m.election_timeout.get(),
             handle,
             runtime: Mutex::new(Some(runtime)),
+            reads: Default::default(),
         }))
     }
 
