@@ -1,8 +1,10 @@
 //! A group of replicated masters (`master.peers`) in this process, on ephemeral
 //! 127.0.0.1 ports and temp dirs, without workers: for tests of replication and
-//! failover. Masters can be stopped and started again with their data.
+//! failover. Masters can be stopped and started again with their data, or with an
+//! empty data directory in place of theirs.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use curvine_common::conf::Dur;
@@ -23,6 +25,12 @@ impl HaCluster {
     /// Start `n` masters with ids 1..=n and return once they are serving (a leader may
     /// not be elected yet).
     pub async fn start(n: usize) -> FsResult<HaCluster> {
+        Self::start_with(n, |_| {}).await
+    }
+
+    /// [`start`](Self::start), with `tune` applied to every master's configuration
+    /// (and the clients').
+    pub async fn start_with(n: usize, tune: impl Fn(&mut ClusterConf)) -> FsResult<HaCluster> {
         let base = tempfile::Builder::new()
             .prefix(&format!("curvine-mini-{}-", std::process::id()))
             .tempdir()
@@ -56,6 +64,7 @@ impl HaCluster {
             c.client.rpc_timeout = Dur(Duration::from_secs(10));
             c.client.connect_timeout = Dur(Duration::from_secs(1));
             c.log.level = "warn".into();
+            tune(&mut c);
             confs.push(c);
         }
         let mut cluster = HaCluster {
@@ -121,6 +130,32 @@ impl HaCluster {
             self.spawn(i, l);
         }
         Ok(())
+    }
+
+    /// Master `i`'s data directory.
+    pub fn meta_dir(&self, i: usize) -> PathBuf {
+        self.confs[i].master.meta_dir.clone()
+    }
+
+    /// Replace stopped master `i`'s data directory with an empty one: started again,
+    /// it is a new master of the group.
+    pub fn wipe(&mut self, i: usize) -> FsResult<()> {
+        if self.running(i) {
+            return Err(FsError::invalid("stop the master before wiping its data"));
+        }
+        let dir = self.meta_dir(i);
+        std::fs::remove_dir_all(&dir)
+            .map_err(|e| FsError::io_ctx(format!("remove {}", dir.display()), e))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| FsError::io_ctx(format!("create {}", dir.display()), e))
+    }
+
+    /// What stopped master `i`'s data directory holds of the replication.
+    pub fn stored_raft(&self, i: usize) -> FsResult<crate::master::StoredRaft> {
+        if self.running(i) {
+            return Err(FsError::invalid("stop the master before reading its data"));
+        }
+        crate::master::stored_raft(&self.meta_dir(i))
     }
 
     pub fn running(&self, i: usize) -> bool {
