@@ -141,6 +141,9 @@ pub struct MasterConf {
     pub election_timeout: Dur,
     /// How often the leader sends heartbeats to the followers.
     pub heartbeat_interval: Dur,
+    /// Replicated masters: a snapshot of the namespace every this many log entries,
+    /// after which the log up to a tenth of this before it is dropped.
+    pub snapshot_entries: u64,
 }
 
 /// One master of a replicated group (`master.peers`).
@@ -266,6 +269,7 @@ impl Default for MasterConf {
             peers: Vec::new(),
             election_timeout: Dur(Duration::from_millis(1000)),
             heartbeat_interval: Dur(Duration::from_millis(200)),
+            snapshot_entries: 100_000,
         }
     }
 }
@@ -703,6 +707,11 @@ impl ClusterConf {
         }
         if self.master.replicas == 0 {
             return Err(FsError::config("master.replicas must be at least 1"));
+        }
+        if self.master.snapshot_entries < 10 {
+            return Err(FsError::config(
+                "master.snapshot_entries must be at least 10",
+            ));
         }
         if self.master.delete_batch == 0 {
             return Err(FsError::config("master.delete_batch must be at least 1"));

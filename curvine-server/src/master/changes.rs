@@ -174,6 +174,19 @@ impl ChangeLog {
         self.newest.send_replace(seq);
     }
 
+    /// Forget every change: the namespace was replaced (a snapshot installed), so
+    /// every follower must reset.
+    pub(super) fn forget(&self) {
+        let seq = {
+            let mut log = self.lock();
+            log.last += 1;
+            log.kept = VecDeque::new();
+            log.bytes = 0;
+            log.last
+        };
+        self.newest.send_replace(seq);
+    }
+
     /// The changes after `after` not made by `exclude`, up to `MAX_REPLY_CHANGES`, and
     /// the sequence the caller has now seen; `None` when the log no longer holds them all.
     fn since(&self, after: u64, exclude: u64) -> Option<(Vec<Change>, u64)> {

@@ -71,6 +71,22 @@ impl Leases {
             .collect()
     }
 
+    /// Replace every lease with fresh ones of `open` (inode, client) pairs.
+    pub fn reset(&self, open: impl IntoIterator<Item = (u64, u64)>) {
+        let now = Instant::now();
+        let mut m = self.lock();
+        m.clear();
+        for (inode, client_id) in open {
+            m.insert(
+                inode,
+                Lease {
+                    client_id,
+                    renewed: now,
+                },
+            );
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.lock().len()
     }

@@ -68,7 +68,7 @@ use tracing::{error, info, warn};
 
 pub use attrs::{XATTR_CREATE, XATTR_REPLACE};
 pub use namespace::Namespace;
-pub use raft::group_id;
+pub use raft::{group_id, stored_raft, StoredRaft};
 pub use replication::ReplicationStats;
 pub use tree::{RENAME_EXCHANGE, RENAME_NOREPLACE};
 

@@ -96,6 +96,14 @@ impl Mounts {
         })
     }
 
+    /// Take the mounts `store` records (a snapshot replaced the namespace).
+    pub fn reload(&self, store: &Store) -> FsResult<()> {
+        let fresh = Mounts::load(store)?;
+        let table = fresh.table.into_inner().unwrap_or_else(|p| p.into_inner());
+        *self.write() = table;
+        Ok(())
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Mount>>> {
         self.table.read().unwrap_or_else(|p| p.into_inner())
     }

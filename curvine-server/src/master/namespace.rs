@@ -504,6 +504,8 @@ impl Namespace {
             conf.dir_cache_entries,
             usize::try_from(conf.file_cache.0).unwrap_or(usize::MAX),
         )?);
+        // a snapshot install a stop interrupted is finished before anything is read
+        super::raft::snapshot::recover(&store, &conf.meta_dir)?;
         if !store.is_formatted()? {
             super::upgrade::format(&store, cluster)?;
         }

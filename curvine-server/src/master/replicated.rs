@@ -80,6 +80,29 @@ impl Namespace {
         })
     }
 
+    /// Rebuild what the master keeps in memory from its records, after a snapshot
+    /// replaced them: the inode cache (emptied by the install), writers' leases, the
+    /// workers and drains recorded, the mounts; change-log followers reset; the
+    /// background scans look again. Counters are read from the store on a replicated
+    /// master. Replicas queued for deletion by entries the snapshot covers are not
+    /// known here: their workers' block reports find them orphaned.
+    pub(super) fn reload_after_snapshot(&self) -> FsResult<()> {
+        self.store.forget_cached();
+        let mut open = Vec::new();
+        for (k, v) in self.store.meta_scan(store::META_OPEN_PREFIX)? {
+            if let (Ok(k), Ok(v)) = (<[u8; 8]>::try_from(&k[..]), <[u8; 8]>::try_from(&v[..])) {
+                open.push((u64::from_be_bytes(k), u64::from_be_bytes(v)));
+            }
+        }
+        self.leases.reset(open);
+        self.workers.reload(&self.store)?;
+        self.mounts.reload(&self.store)?;
+        self.changes.forget();
+        self.repl.wake();
+        self.purge.wake();
+        Ok(())
+    }
+
     /// Apply a committed entry (the state machine, on every master, in log order): its
     /// batch and `applied` under `applied_key` in `raft_meta` in one write, then the
     /// change log and the effects on memory.

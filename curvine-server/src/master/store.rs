@@ -485,6 +485,18 @@ impl Store {
             .map_err(|e| db_err("write raft log", e))
     }
 
+    /// The database itself, for snapshots (`raft::snapshot`), which read through a
+    /// RocksDB snapshot and write the namespace column families whole.
+    pub(super) fn db(&self) -> &DB {
+        &self.db
+    }
+
+    /// Drop every cached inode and edge: the namespace was replaced under the cache
+    /// (a snapshot installed).
+    pub(super) fn forget_cached(&self) {
+        self.cache.clear();
+    }
+
     pub(super) fn raft_meta(&self, key: &[u8]) -> FsResult<Option<Vec<u8>>> {
         Ok(self.get_raw(CF_RAFT_META, key)?.map(|v| v.to_vec()))
     }

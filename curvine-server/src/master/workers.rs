@@ -108,6 +108,34 @@ impl Workers {
         Ok(())
     }
 
+    /// After the namespace was replaced (a snapshot installed): take the workers and
+    /// drains it records; workers registered here keep their liveness and queues.
+    pub fn reload(&self, store: &Store) -> FsResult<()> {
+        let mut stored = HashMap::new();
+        for (k, v) in store.meta_scan(store::META_WORKER_PREFIX)? {
+            if let Ok(k) = <[u8; 4]>::try_from(&k[..]) {
+                stored.insert(
+                    u32::from_be_bytes(k),
+                    WorkerAddress::decode(&*v).unwrap_or_default(),
+                );
+            }
+        }
+        let mut draining = std::collections::HashSet::new();
+        for (k, _) in store.meta_scan(store::META_DRAIN_PREFIX)? {
+            if let Ok(k) = <[u8; 4]>::try_from(&k[..]) {
+                draining.insert(u32::from_be_bytes(k));
+            }
+        }
+        let mut m = self.write();
+        for (id, address) in stored {
+            m.entry(id).or_insert_with(|| new_state(id, address));
+        }
+        for (id, w) in m.iter_mut() {
+            w.draining = draining.contains(id);
+        }
+        Ok(())
+    }
+
     pub(super) fn alive(&self, w: &WorkerState) -> bool {
         w.last_seen.is_some_and(|t| t.elapsed() < self.lost_timeout)
     }

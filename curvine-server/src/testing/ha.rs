@@ -1,9 +1,11 @@
 //! A group of replicated masters (`master.peers`) in this process, on ephemeral
 //! 127.0.0.1 ports and temp dirs: for tests of replication and failover. Masters can
-//! be stopped and started again with their data; a master can be started that joins
-//! the group (`add_master`), and workers that report to the leader (`start_workers`).
+//! be stopped and started again with their data, or with an empty data directory in
+//! place of theirs; a master can be started that joins the group (`add_master`), and
+//! workers that report to the leader (`start_workers`).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use curvine_common::conf::Dur;
@@ -25,6 +27,12 @@ impl HaCluster {
     /// Start `n` masters with ids 1..=n and return once they are serving (a leader may
     /// not be elected yet).
     pub async fn start(n: usize) -> FsResult<HaCluster> {
+        Self::start_with(n, |_| {}).await
+    }
+
+    /// [`start`](Self::start), with `tune` applied to every master's configuration
+    /// (and the clients').
+    pub async fn start_with(n: usize, tune: impl Fn(&mut ClusterConf)) -> FsResult<HaCluster> {
         let base = tempfile::Builder::new()
             .prefix(&format!("curvine-mini-{}-", std::process::id()))
             .tempdir()
@@ -65,6 +73,7 @@ impl HaCluster {
                 .path()
                 .file_name()
                 .map_or("ha".into(), |n| n.to_string_lossy().into_owned());
+            tune(&mut c);
             confs.push(c);
         }
         let mut cluster = HaCluster {
@@ -133,6 +142,32 @@ impl HaCluster {
             self.spawn(i, l);
         }
         Ok(())
+    }
+
+    /// Master `i`'s data directory.
+    pub fn meta_dir(&self, i: usize) -> PathBuf {
+        self.confs[i].master.meta_dir.clone()
+    }
+
+    /// Replace stopped master `i`'s data directory with an empty one: started again,
+    /// it is a new master of the group.
+    pub fn wipe(&mut self, i: usize) -> FsResult<()> {
+        if self.running(i) {
+            return Err(FsError::invalid("stop the master before wiping its data"));
+        }
+        let dir = self.meta_dir(i);
+        std::fs::remove_dir_all(&dir)
+            .map_err(|e| FsError::io_ctx(format!("remove {}", dir.display()), e))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| FsError::io_ctx(format!("create {}", dir.display()), e))
+    }
+
+    /// What stopped master `i`'s data directory holds of the replication.
+    pub fn stored_raft(&self, i: usize) -> FsResult<crate::master::StoredRaft> {
+        if self.running(i) {
+            return Err(FsError::invalid("stop the master before reading its data"));
+        }
+        crate::master::stored_raft(&self.meta_dir(i))
     }
 
     pub fn running(&self, i: usize) -> bool {

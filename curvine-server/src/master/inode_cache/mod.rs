@@ -541,6 +541,14 @@ impl InodeCache {
         }
     }
 
+    /// Drop everything (the store was replaced); reads racing this are not kept.
+    pub fn clear(&self) {
+        let mut g = self.lock();
+        g.gen += 1;
+        g.dirs.clear();
+        g.files = (self.file_cap > 0).then(|| Files::new(self.file_cap));
+    }
+
     /// Bring the cache up to date with `entry`, just written to the store.
     pub fn applied(&self, entry: &JournalEntry) {
         let mut g = self.lock();

@@ -16,7 +16,7 @@ use super::super::store::{Store, CF_RAFT_LOG, CF_RAFT_META};
 use super::{wire, Cfg};
 
 const VOTE: &[u8] = b"vote";
-const PURGED: &[u8] = b"purged";
+pub const PURGED: &[u8] = b"purged";
 const COMMITTED: &[u8] = b"committed";
 
 /// The log store; its clones read the same log (openraft's replication streams).

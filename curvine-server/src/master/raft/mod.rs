@@ -12,11 +12,11 @@ mod log_store;
 mod members;
 mod network;
 mod reads;
+pub(super) mod snapshot;
 mod state_machine;
 pub(super) mod wire;
 
 use std::collections::BTreeMap;
-use std::io::Cursor;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -49,7 +49,7 @@ openraft::declare_raft_types!(
         R = (),
         NodeId = u64,
         Node = BasicNode,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = tokio::fs::File,
 );
 
 pub type Raft = openraft::Raft<Cfg>;
@@ -60,6 +60,62 @@ pub type Raft = openraft::Raft<Cfg>;
 /// name is refused.
 pub fn group_id(conf: &ClusterConf) -> String {
     format!("cv-{}", conf.cluster.name)
+}
+
+/// What a stopped master's data directory holds of the replication (tests, tools):
+/// indexes of log entries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredRaft {
+    /// The first and last entries of the log.
+    pub first_log: Option<u64>,
+    pub last_log: Option<u64>,
+    /// The last entry dropped by log compaction.
+    pub purged: Option<u64>,
+    /// The last entry the applied state covers.
+    pub applied: Option<u64>,
+    /// The last entry of the last snapshot installed from a leader.
+    pub installed: Option<u64>,
+    /// The last entry of the current snapshot (`<meta_dir>/snapshots/current.snap`).
+    pub snapshot: Option<u64>,
+}
+
+/// Read [`StoredRaft`] from the data directory of a master that is not running.
+pub fn stored_raft(meta_dir: &std::path::Path) -> FsResult<StoredRaft> {
+    let store = Store::open(meta_dir, 1 << 20, 1 << 20, 0, 0)?;
+    let index = |key: &[u8]| -> FsResult<Option<u64>> {
+        match store.raft_meta(key)? {
+            Some(v) => Ok(Some(wire::decode::<wire::WLogId>("log id", &v)?.index)),
+            None => Ok(None),
+        }
+    };
+    let entry_index = |v: Option<Vec<u8>>| -> FsResult<Option<u64>> {
+        match v {
+            Some(v) => {
+                let e: wire::WEntry = wire::decode("log entry", &v)?;
+                Ok(e.log_id.map(|l| l.index))
+            }
+            None => Ok(None),
+        }
+    };
+    let applied = match store.raft_meta(state_machine::APPLIED)? {
+        Some(v) => wire::from_applied(&wire::decode("applied state", &v)?)?
+            .0
+            .map(|l| l.index),
+        None => None,
+    };
+    let current = meta_dir.join(snapshot::DIR).join(snapshot::CURRENT);
+    let snapshot = match current.exists() {
+        true => snapshot::read_meta(&current)?.last_log_id.map(|l| l.index),
+        false => None,
+    };
+    Ok(StoredRaft {
+        first_log: entry_index(store.raft_log(0, u64::MAX)?.into_iter().next())?,
+        last_log: entry_index(store.raft_log_last()?)?,
+        purged: index(log_store::PURGED)?,
+        applied,
+        installed: index(snapshot::INSTALLED)?,
+        snapshot,
+    })
 }
 
 /// This master's place in the replicated group.
@@ -78,6 +134,8 @@ pub struct Replica {
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
     /// Reads waiting for the leadership to be confirmed (`reads`).
     reads: reads::ReadIndex,
+    /// Where snapshots are received (`<meta_dir>/snapshots`).
+    snap_dir: std::path::PathBuf,
 }
 
 impl Replica {
@@ -99,9 +157,15 @@ impl Replica {
             election_timeout_min: ms(m.election_timeout.get()),
             election_timeout_max: 2 * ms(m.election_timeout.get()),
             heartbeat_interval: ms(m.heartbeat_interval.get()),
-            // no snapshots yet: the log is kept whole
-            snapshot_policy: SnapshotPolicy::Never,
-            max_in_snapshot_log_to_keep: u64::MAX,
+            // a snapshot every `snapshot_entries` entries; the log keeps a tenth of
+            // that before it, so a follower briefly away catches up from the log
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(m.snapshot_entries),
+            max_in_snapshot_log_to_keep: m.snapshot_entries / 10,
+            // a follower further behind than this gets a snapshot, not entries
+            replication_lag_threshold: m.snapshot_entries,
+            // each chunk of a snapshot (`network`) within this; the last one, which
+            // waits for the install, has a longer deadline of its own
+            install_snapshot_timeout: 10_000,
             ..Default::default()
         }
         .validate()
@@ -114,7 +178,8 @@ impl Replica {
             .map_err(|e| FsError::io_ctx("start the raft runtime", e))?;
         let handle = runtime.handle().clone();
         let log = log_store::LogStore::new(store.clone(), conf.journal.sync);
-        let sm = state_machine::StateMachine::open(store, ns)?;
+        let snap_dir = m.meta_dir.join(snapshot::DIR);
+        let sm = state_machine::StateMachine::open(store, ns, snap_dir.clone(), m.node_id)?;
         let reach = Arc::new(network::Reach::default());
         let net = network::Net {
             cluster_id,
@@ -165,15 +230,13 @@ impl Replica {
             handle,
             runtime: Mutex::new(Some(runtime)),
             reads: Default::default(),
+            snap_dir,
         }))
     }
 
     /// The gRPC service other masters call.
     pub fn service(&self, cluster_id: &str) -> RaftSvc {
-        RaftSvc {
-            raft: self.raft.clone(),
-            cluster_id: cluster_id.to_string(),
-        }
+        RaftSvc::new(self.raft.clone(), cluster_id, self.snap_dir.clone())
     }
 
     /// The address of master `leader`: from the current membership (so masters added

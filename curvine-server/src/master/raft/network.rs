@@ -2,8 +2,16 @@
 //! port: the client side (`Net`, one `PeerClient` per target) and the server side
 //! (`RaftSvc`). A request names the sender's cluster id; a master of another cluster is
 //! refused, and a body that does not decode is refused without reaching openraft.
+//!
+//! Snapshots (`snapshot`) go in chunks of `SNAPSHOT_CHUNK` bytes read from the file
+//! (`PeerClient::full_snapshot`); the follower writes them to a file of its own, checks
+//! the whole file once the last has come, and only then hands it to openraft to install
+//! (`RaftSvc::snapshot_chunk`). Neither side holds more than a chunk in memory.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::io::SeekFrom;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,20 +19,31 @@ use curvine_common::proto::raft_service_client::RaftServiceClient;
 use curvine_common::proto::raft_service_server::RaftService;
 use curvine_common::proto::{RaftReply, RaftRequest};
 use curvine_common::FsError;
-use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, Unreachable};
+use openraft::error::{
+    Fatal, InstallSnapshotError, NetworkError, RPCError, RaftError, ReplicationClosed,
+    StreamingError, Unreachable,
+};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
+    SnapshotResponse, VoteRequest, VoteResponse,
 };
-use openraft::BasicNode;
+use openraft::storage::Snapshot;
+use openraft::{AnyError, BasicNode, ErrorSubject, ErrorVerb, StorageIOError, Vote};
 use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::super::auth::AUTH_METADATA_KEY;
-use super::{wire, Cfg, Raft};
+use super::{snapshot, wire, Cfg, Raft};
+
+/// Bytes of a snapshot file per call.
+const SNAPSHOT_CHUNK: usize = 1 << 20;
+/// How long the last chunk may take: the follower checks and installs the snapshot
+/// before it answers.
+const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub const KIND_APPEND: u32 = 1;
 pub const KIND_VOTE: u32 = 2;
@@ -152,6 +171,73 @@ impl PeerClient {
     }
 }
 
+fn stream_err(e: RPCError<u64, BasicNode, openraft::error::Infallible>) -> SnapErr {
+    match e {
+        RPCError::Unreachable(u) => StreamingError::Unreachable(u),
+        RPCError::Timeout(t) => StreamingError::Timeout(t),
+        RPCError::Network(n) => StreamingError::Network(n),
+        other => StreamingError::Network(NetworkError::new(&other)),
+    }
+}
+
+type SnapErr = StreamingError<Cfg, Fatal<u64>>;
+
+impl PeerClient {
+    /// Send the snapshot file in chunks; the follower's vote once it installed it, or
+    /// as soon as it is higher than ours.
+    async fn send_snapshot(
+        &mut self,
+        vote: Vote<u64>,
+        mut snapshot: Snapshot<Cfg>,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<u64>, SnapErr> {
+        let read_err = |e: std::io::Error| -> SnapErr {
+            let e = StorageIOError::new(
+                ErrorSubject::Snapshot(Some(snapshot.meta.signature())),
+                ErrorVerb::Read,
+                AnyError::new(&e),
+            );
+            StreamingError::StorageError(e.into())
+        };
+        let f = &mut snapshot.snapshot;
+        let len = f.metadata().await.map_err(read_err)?.len();
+        f.seek(SeekFrom::Start(0)).await.map_err(read_err)?;
+        info!(target_node = self.target, snapshot = %snapshot.meta.snapshot_id, bytes = len,
+            "sending a namespace snapshot");
+        let mut buf = vec![0u8; SNAPSHOT_CHUNK];
+        let mut offset = 0u64;
+        loop {
+            let n = (len - offset).min(SNAPSHOT_CHUNK as u64) as usize;
+            f.read_exact(&mut buf[..n]).await.map_err(read_err)?;
+            let done = offset + n as u64 >= len;
+            let body = wire::WSnapChunk {
+                vote: Some(wire::vote(&vote)),
+                id: snapshot.meta.snapshot_id.clone(),
+                offset,
+                data: buf[..n].to_vec(),
+                done,
+            }
+            .encode_to_vec();
+            let ttl = if done {
+                INSTALL_TIMEOUT
+            } else {
+                option.hard_ttl()
+            };
+            let reply = self
+                .call(KIND_SNAPSHOT, body, ttl)
+                .await
+                .map_err(stream_err)?;
+            let bad = |e: FsError| StreamingError::Network(NetworkError::new(&e));
+            let r: wire::WSnapReply = wire::decode("snapshot reply", &reply).map_err(bad)?;
+            let theirs = wire::from_vote(r.vote.as_ref()).map_err(bad)?;
+            if done || theirs > vote {
+                return Ok(SnapshotResponse::new(theirs));
+            }
+            offset += n as u64;
+        }
+    }
+}
+
 impl RaftNetwork<Cfg> for PeerClient {
     async fn append_entries(
         &mut self,
@@ -182,9 +268,23 @@ impl RaftNetwork<Cfg> for PeerClient {
         _rpc: InstallSnapshotRequest<Cfg>,
         _option: RPCOption,
     ) -> Result<InstallSnapshotResponse<u64>, RpcErr<InstallSnapshotError>> {
-        Err(net_err(FsError::Unavailable {
-            message: "master snapshots are not implemented yet".into(),
-        }))
+        // openraft sends snapshots through `full_snapshot` below
+        Err(net_err(FsError::internal(
+            "master snapshots are sent whole (full_snapshot)",
+        )))
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote<u64>,
+        snapshot: Snapshot<Cfg>,
+        cancel: impl Future<Output = ReplicationClosed> + openraft::OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<u64>, StreamingError<Cfg, Fatal<u64>>> {
+        tokio::select! {
+            r = self.send_snapshot(vote, snapshot, option) => r,
+            closed = cancel => Err(StreamingError::Closed(closed)),
+        }
     }
 
     async fn vote(
@@ -209,8 +309,19 @@ impl RaftNetwork<Cfg> for PeerClient {
 
 /// The server side, added to the master's gRPC server when replication is on.
 pub struct RaftSvc {
-    pub raft: Raft,
-    pub cluster_id: String,
+    raft: Raft,
+    cluster_id: String,
+    /// Where snapshots are received.
+    snap_dir: PathBuf,
+    /// The snapshot being received.
+    recv: tokio::sync::Mutex<Option<Receiving>>,
+}
+
+struct Receiving {
+    id: String,
+    file: tokio::fs::File,
+    /// Bytes received.
+    offset: u64,
 }
 
 fn refuse(e: FsError) -> Status {
@@ -218,6 +329,130 @@ fn refuse(e: FsError) -> Status {
 }
 
 impl RaftSvc {
+    pub fn new(raft: Raft, cluster_id: &str, snap_dir: PathBuf) -> RaftSvc {
+        RaftSvc {
+            raft,
+            cluster_id: cluster_id.to_string(),
+            snap_dir,
+            recv: Default::default(),
+        }
+    }
+
+    /// A chunk of a snapshot: appended to the file being received; after the last, the
+    /// whole file is checked and installed. A chunk out of order, or a file that is not
+    /// sound, is refused and changes nothing.
+    async fn snapshot_chunk(&self, body: &[u8]) -> Result<Vec<u8>, FsError> {
+        let w: wire::WSnapChunk = wire::decode("snapshot chunk", body)?;
+        let vote = wire::from_vote(w.vote.as_ref())?;
+        let mine = self.raft.metrics().borrow().vote;
+        let reply = |v: &Vote<u64>| {
+            wire::WSnapReply {
+                vote: Some(wire::vote(v)),
+            }
+            .encode_to_vec()
+        };
+        if vote < mine {
+            return Ok(reply(&mine));
+        }
+        if !snapshot::valid_id(&w.id) {
+            return Err(FsError::Protocol {
+                message: format!("snapshot chunk: bad snapshot id {:?}", w.id),
+            });
+        }
+        let path = snapshot::received(&self.snap_dir, &w.id);
+        let fs_err = |what: &str, e: std::io::Error| {
+            FsError::io_ctx(format!("snapshot {what} {}", path.display()), e)
+        };
+        let mut recv = self.recv.lock().await;
+        if w.offset == 0 {
+            if let Some(old) = recv.take() {
+                if old.id != w.id {
+                    let _ =
+                        tokio::fs::remove_file(snapshot::received(&self.snap_dir, &old.id)).await;
+                }
+            }
+            tokio::fs::create_dir_all(&self.snap_dir)
+                .await
+                .map_err(|e| fs_err("create dir for", e))?;
+            let file = tokio::fs::File::create(&path)
+                .await
+                .map_err(|e| fs_err("create", e))?;
+            *recv = Some(Receiving {
+                id: w.id.clone(),
+                file,
+                offset: 0,
+            });
+        }
+        let r = match recv.as_mut() {
+            Some(r) if r.id == w.id && r.offset == w.offset => r,
+            other => {
+                return Err(FsError::Protocol {
+                    message: format!(
+                        "snapshot chunk of {} at offset {}: expected {}",
+                        w.id,
+                        w.offset,
+                        other.map_or("a first chunk".to_string(), |r| format!(
+                            "{} at offset {}",
+                            r.id, r.offset
+                        ))
+                    ),
+                })
+            }
+        };
+        r.file
+            .write_all(&w.data)
+            .await
+            .map_err(|e| fs_err("write", e))?;
+        r.offset += w.data.len() as u64;
+        if !w.done {
+            return Ok(reply(&mine));
+        }
+        let Some(Receiving { mut file, .. }) = recv.take() else {
+            return Err(FsError::internal("snapshot chunk: nothing received"));
+        };
+        drop(recv);
+        file.flush().await.map_err(|e| fs_err("write", e))?;
+        file.sync_all().await.map_err(|e| fs_err("sync", e))?;
+        drop(file);
+        let p = path.clone();
+        let checked = tokio::task::spawn_blocking(move || snapshot::verify(&p))
+            .await
+            .map_err(|e| FsError::internal(format!("snapshot check: {e}")))
+            .and_then(|r| r)
+            .and_then(|m| match m.snapshot_id == w.id {
+                true => Ok(m),
+                false => Err(FsError::Protocol {
+                    message: format!("snapshot {} names itself {}", w.id, m.snapshot_id),
+                }),
+            });
+        let meta = match checked {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = tokio::fs::remove_file(&path).await;
+                return Err(e);
+            }
+        };
+        let f = tokio::fs::File::open(&path)
+            .await
+            .map_err(|e| fs_err("open", e))?;
+        let res = self
+            .raft
+            .install_full_snapshot(
+                vote,
+                Snapshot {
+                    meta,
+                    snapshot: Box::new(f),
+                },
+            )
+            .await;
+        // installed, it was moved away; not (older than what is applied here), it goes
+        let _ = tokio::fs::remove_file(&path).await;
+        let resp = res.map_err(|e| FsError::Unavailable {
+            message: format!("raft: {e}"),
+        })?;
+        Ok(reply(&resp.vote))
+    }
+
     async fn append(&self, body: &[u8]) -> Result<Vec<u8>, FsError> {
         let w: wire::WAppend = wire::decode("append", body)?;
         let rpc = AppendEntriesRequest {
@@ -284,9 +519,7 @@ impl RaftService for RaftSvc {
         let res = match r.kind {
             KIND_APPEND => self.append(&r.body).await,
             KIND_VOTE => self.vote(&r.body).await,
-            KIND_SNAPSHOT => Err(FsError::Unavailable {
-                message: "master snapshots are not implemented yet".into(),
-            }),
+            KIND_SNAPSHOT => self.snapshot_chunk(&r.body).await,
             k => Err(FsError::Protocol {
                 message: format!("raft call of unknown kind {k}"),
             }),

@@ -1,10 +1,13 @@
 //! The state machine: each committed entry's journal entry run through `apply::step`,
 //! its batch written together with the applied log id, then its effects applied to the
 //! master's memory, on every replica alike (`Namespace::apply_committed`). Snapshots
-//! are not built yet: the log is kept whole (`SnapshotPolicy::Never`).
+//! (`snapshot`) are built every `master.snapshot_entries` applied entries, sent to a
+//! follower the leader's log no longer serves, and installed there in place of its
+//! namespace.
 
-use std::io::Cursor;
-use std::sync::{Arc, Weak};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use curvine_common::FsError;
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -13,13 +16,61 @@ use openraft::{
     SnapshotMeta, StorageError, StorageIOError, StoredMembership,
 };
 use prost::Message;
+use tracing::info;
 
 use super::super::namespace::Namespace;
 use super::super::store::{Store, CF_RAFT_META};
+use super::snapshot::{self, Meta};
 use super::{wire, Cfg};
 
 /// `raft_meta` key of the last applied log id and membership (`wire::WApplied`).
 pub const APPLIED: &[u8] = b"applied";
+
+/// This master's snapshot files, shared by the state machine and its builders.
+pub struct Snaps {
+    pub dir: PathBuf,
+    node: u64,
+    /// The meta of `current.snap`; held while it is replaced.
+    current: Mutex<Option<Meta>>,
+    /// Names the files of builds under way.
+    seq: AtomicU64,
+}
+
+impl Snaps {
+    fn lock(&self) -> MutexGuard<'_, Option<Meta>> {
+        self.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The current snapshot, opened for reading.
+    fn open_current(&self) -> Result<Option<Snapshot<Cfg>>, FsError> {
+        let cur = self.lock();
+        let Some(meta) = cur.clone() else {
+            return Ok(None);
+        };
+        let path = self.dir.join(snapshot::CURRENT);
+        let f = std::fs::File::open(&path)
+            .map_err(|e| FsError::io_ctx(format!("open {}", path.display()), e))?;
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: Box::new(tokio::fs::File::from_std(f)),
+        }))
+    }
+
+    /// Build a snapshot of `store` as of now and make it current (unless one as new is).
+    fn build(&self, store: &Store) -> Result<Snapshot<Cfg>, FsError> {
+        let tmp = format!("build-{}.tmp", self.seq.fetch_add(1, Ordering::Relaxed));
+        let meta = snapshot::build(store, &self.dir, &tmp, self.node)?;
+        {
+            let mut cur = self.lock();
+            if snapshot::publish(&self.dir, &self.dir.join(&tmp), &meta, &cur)? {
+                info!(snapshot = %meta.snapshot_id, "built a namespace snapshot");
+                *cur = Some(meta);
+            }
+        }
+        self.open_current()?
+            .ok_or_else(|| FsError::internal("a snapshot built vanished"))
+    }
+}
 
 pub struct StateMachine {
     store: Arc<Store>,
@@ -27,23 +78,58 @@ pub struct StateMachine {
     ns: Weak<Namespace>,
     last: Option<LogId<u64>>,
     membership: StoredMembership<u64, BasicNode>,
+    snaps: Arc<Snaps>,
 }
 
 fn sm_err(verb: ErrorVerb, e: FsError) -> StorageError<u64> {
     StorageIOError::new(ErrorSubject::StateMachine, verb, AnyError::new(&e)).into()
 }
 
+fn snap_err(verb: ErrorVerb, e: FsError) -> StorageError<u64> {
+    StorageIOError::new(ErrorSubject::Snapshot(None), verb, AnyError::new(&e)).into()
+}
+
+/// Run blocking file and RocksDB work off the raft runtime's two threads.
+async fn blocking<T: Send + 'static>(
+    verb: ErrorVerb,
+    f: impl FnOnce() -> Result<T, FsError> + Send + 'static,
+) -> Result<T, StorageError<u64>> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| snap_err(verb, FsError::internal(format!("snapshot task: {e}"))))?
+        .map_err(|e| snap_err(verb, e))
+}
+
 impl StateMachine {
-    pub fn open(store: Arc<Store>, ns: Weak<Namespace>) -> Result<StateMachine, FsError> {
+    pub fn open(
+        store: Arc<Store>,
+        ns: Weak<Namespace>,
+        dir: PathBuf,
+        node: u64,
+    ) -> Result<StateMachine, FsError> {
         let (last, membership) = match store.raft_meta(APPLIED)? {
             Some(v) => wire::from_applied(&wire::decode("applied state", &v)?)?,
             None => (None, StoredMembership::default()),
+        };
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| FsError::io_ctx(format!("create {}", dir.display()), e))?;
+        let current_path = dir.join(snapshot::CURRENT);
+        let current = if current_path.exists() {
+            Some(snapshot::read_meta(&current_path)?)
+        } else {
+            None
         };
         Ok(StateMachine {
             store,
             ns,
             last,
             membership,
+            snaps: Arc::new(Snaps {
+                dir,
+                node,
+                current: Mutex::new(current),
+                seq: AtomicU64::new(0),
+            }),
         })
     }
 
@@ -55,9 +141,7 @@ impl StateMachine {
         let applied = wire::applied(&self.last, &self.membership).encode_to_vec();
         match &e.payload {
             EntryPayload::Normal(p) => {
-                let ns = self.ns.upgrade().ok_or_else(|| FsError::Unavailable {
-                    message: "the namespace is closed".into(),
-                })?;
+                let ns = self.namespace()?;
                 let entry = p.entry.clone().unwrap_or_default();
                 ns.apply_committed(p.origin, &entry, APPLIED, &applied)
             }
@@ -68,10 +152,16 @@ impl StateMachine {
             }
         }
     }
+
+    fn namespace(&self) -> Result<Arc<Namespace>, FsError> {
+        self.ns.upgrade().ok_or_else(|| FsError::Unavailable {
+            message: "the namespace is closed".into(),
+        })
+    }
 }
 
 impl RaftStateMachine<Cfg> for StateMachine {
-    type SnapshotBuilder = NoSnapshots;
+    type SnapshotBuilder = Builder;
 
     async fn applied_state(
         &mut self,
@@ -94,39 +184,65 @@ impl RaftStateMachine<Cfg> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        NoSnapshots
+        Builder {
+            store: self.store.clone(),
+            snaps: self.snaps.clone(),
+        }
     }
 
     async fn begin_receiving_snapshot(
         &mut self,
-    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<u64>> {
-        Err(sm_err(ErrorVerb::Write, no_snapshots()))
+    ) -> Result<Box<tokio::fs::File>, StorageError<u64>> {
+        // snapshots arrive through `RaftService` (`network::RaftSvc::snapshot_chunk`),
+        // which checks them whole before they are installed
+        Err(snap_err(
+            ErrorVerb::Write,
+            FsError::internal("master snapshots are received by the raft service"),
+        ))
     }
 
     async fn install_snapshot(
         &mut self,
-        _meta: &SnapshotMeta<u64, BasicNode>,
-        _snapshot: Box<Cursor<Vec<u8>>>,
+        meta: &SnapshotMeta<u64, BasicNode>,
+        snapshot: Box<tokio::fs::File>,
     ) -> Result<(), StorageError<u64>> {
-        Err(sm_err(ErrorVerb::Write, no_snapshots()))
+        drop(snapshot);
+        let (store, snaps) = (self.store.clone(), self.snaps.clone());
+        let ns = self.namespace().map_err(|e| sm_err(ErrorVerb::Write, e))?;
+        let id = meta.snapshot_id.clone();
+        let m = blocking(ErrorVerb::Write, move || {
+            let from = snapshot::received(&snaps.dir, &id);
+            let mut cur = snaps.lock();
+            let m = snapshot::install(&store, &snaps.dir, &from)?;
+            *cur = Some(m.clone());
+            drop(cur);
+            ns.reload_after_snapshot()?;
+            Ok(m)
+        })
+        .await?;
+        info!(snapshot = %m.snapshot_id, last = ?m.last_log_id, "installed a namespace snapshot from the leader");
+        self.last = m.last_log_id;
+        self.membership = m.last_membership;
+        Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<Cfg>>, StorageError<u64>> {
-        Ok(None)
+        let snaps = self.snaps.clone();
+        blocking(ErrorVerb::Read, move || snaps.open_current()).await
     }
 }
 
-fn no_snapshots() -> FsError {
-    FsError::Unavailable {
-        message: "master snapshots are not implemented yet".into(),
-    }
+/// Builds a snapshot in a blocking thread, while entries go on being applied: it reads
+/// through a RocksDB snapshot, so it is the state as of the entry applied last when it
+/// began (`snapshot::build`).
+pub struct Builder {
+    store: Arc<Store>,
+    snaps: Arc<Snaps>,
 }
 
-/// Snapshots come later (RocksDB checkpoints, docs/ha.md); the policy never asks.
-pub struct NoSnapshots;
-
-impl RaftSnapshotBuilder<Cfg> for NoSnapshots {
+impl RaftSnapshotBuilder<Cfg> for Builder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<Cfg>, StorageError<u64>> {
-        Err(sm_err(ErrorVerb::Read, no_snapshots()))
+        let (store, snaps) = (self.store.clone(), self.snaps.clone());
+        blocking(ErrorVerb::Read, move || snaps.build(&store)).await
     }
 }

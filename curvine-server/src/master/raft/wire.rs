@@ -108,6 +108,30 @@ pub struct WVoteReply {
     pub last: Option<WLogId>,
 }
 
+/// One chunk of a snapshot file (`raft::snapshot`) sent to a follower: `data` is the
+/// file's bytes from `offset`; `done` on the last one, after which the follower checks
+/// the whole file and installs it.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WSnapChunk {
+    #[prost(message, optional, tag = "1")]
+    pub vote: Option<WVote>,
+    #[prost(string, tag = "2")]
+    pub id: String,
+    #[prost(uint64, tag = "3")]
+    pub offset: u64,
+    #[prost(bytes = "vec", tag = "4")]
+    pub data: Vec<u8>,
+    #[prost(bool, tag = "5")]
+    pub done: bool,
+}
+
+/// The follower's vote, after a chunk (a higher one stops the sender).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WSnapReply {
+    #[prost(message, optional, tag = "1")]
+    pub vote: Option<WVote>,
+}
+
 /// What the state machine has applied: stored with every applied entry.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct WApplied {
