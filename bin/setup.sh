@@ -17,6 +17,8 @@ command -v mvn >/dev/null 2>&1 || PACKAGES="$PACKAGES maven"
 if [ "${SETUP_TEST_TOOLS:-0}" = 1 ]; then
   command -v chromium >/dev/null 2>&1 || PACKAGES="$PACKAGES chromium"
   command -v npm >/dev/null 2>&1 || PACKAGES="$PACKAGES nodejs npm"
+  # iproute2 and jq: the multi-host test in network namespaces (bin/netns-test.sh)
+  PACKAGES="$PACKAGES iproute2 jq"
 fi
 
 missing=()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every test suite: set up, lint, the Rust tests (unit + MiniCluster integration),
-# pjdfstest (POSIX conformance) on a FUSE mount, then the Java client's tests (JNI tests
-# and Hadoop's FileSystem contract tests under Maven, against a real cluster the tests
-# start).
+# pjdfstest (POSIX conformance) on a FUSE mount, three masters and two workers in
+# network namespaces, the web console in a browser, then the Java client's tests (JNI
+# tests and Hadoop's FileSystem contract tests under Maven, against a real cluster the
+# tests start).
 #   LINT=0 bin/test.sh    skip fmt, clippy and rustdoc
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -29,6 +30,8 @@ echo "== pjdfstest on the FUSE mount"
 cargo build --release -p curvine-server -p curvine-fuse -p curvine-client --bins
 bin/pjdfstest.sh
 PJDFSTEST_FUSE_CONF='writeback_cache = true' bin/pjdfstest.sh
+echo "== Replicated masters on separate hosts (network namespaces)"
+bin/netns-test.sh
 echo "== Web console in a headless browser"
 bin/browser-test.sh
 echo "== Java tests"
