@@ -266,7 +266,6 @@ for k in $(seq "${NETNS_FAILOVERS:-2}"); do
 done
 sorted=$(printf '%s\n' "${gaps[@]}" | sort -n)
 echo "netns-test: leader kills under load: ${#gaps[@]}, kill to first acknowledged write median $(echo "$sorted" | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }') ms, max $(echo "$sorted" | tail -1) ms"
-grep -h "ops/s\|/s" "$work/load.out" | tail -3 || true
 
 n0=$(wc -l <"$work/ledger")
 until [ "$(wc -l <"$work/ledger")" -ge $((n0 + 20)) ]; do sleep 0.1; done
