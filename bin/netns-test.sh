@@ -172,14 +172,16 @@ echo "netns-test: /data.bin written and read back over the network, blocks on bo
 
 # --- the partition ---------------------------------------------------------------------
 # A writer in the client's namespace: one mkdir after another, each acknowledged one
-# written to the ledger (the directory names never repeat).
+# written to the ledger with the times it was sent and acknowledged (the directory
+# names never repeat).
 : >"$work/ledger"
 (
   n=0
   while [ ! -e "$work/stop" ]; do
     n=$((n + 1))
+    sent=$(date +%s%N)
     if cv_in c c fs mkdir "/acked-$n" >/dev/null 2>>"$work/writer.err"; then
-      echo "/acked-$n $(date +%s%N)" >>"$work/ledger"
+      echo "/acked-$n $sent $(date +%s%N)" >>"$work/ledger"
     fi
   done
 ) &
@@ -204,10 +206,10 @@ new=$(wait_leader "$others" 30)
 deadline=$(( $(date +%s) + 30 ))
 first=""
 while [ -z "$first" ]; do
-  first=$(awk -v t="$cut_ns" '$2 > t { print $2; exit }' "$work/ledger")
+  first=$(awk -v t="$cut_ns" '$2 > t { print $3; exit }' "$work/ledger")
   [ -n "$first" ] || { [ "$(date +%s)" -lt "$deadline" ] || die "no write acknowledged within 30 s of the cut"; sleep 0.1; }
 done
-echo "netns-test: master $new leads; first write acknowledged $(( (first - cut_ns) / 1000000 )) ms after the cut"
+echo "netns-test: master $new leads; first write sent after the cut acknowledged $(( (first - cut_ns) / 1000000 )) ms after it"
 # the workers register with the new leader, and the data written before the cut reads
 wait_workers
 cv_in c c fs cat /data.bin | cmp - "$work/data.bin" || die "/data.bin differs after the failover"
@@ -250,22 +252,23 @@ for k in $(seq "${NETNS_FAILOVERS:-2}"); do
   deadline=$(( $(date +%s) + 30 ))
   first=""
   while [ -z "$first" ]; do
-    first=$(awk -v t="$kill_ns" '$2 > t { print $2; exit }' "$work/ledger")
+    first=$(awk -v t="$kill_ns" '$2 > t { print $3; exit }' "$work/ledger")
     [ -n "$first" ] || { [ "$(date +%s)" -lt "$deadline" ] || die "no write acknowledged within 30 s of kill $k"; sleep 0.05; }
   done
   gaps+=($(( (first - kill_ns) / 1000000 )))
   start "m$l" master
-  # back as a follower with the whole log before the next kill
+  # back with the whole log before the next kill: a follower, or the leader again when
+  # it came back before the others' election timeout (its vote still stands)
   deadline=$(( $(date +%s) + 60 ))
   until cv_in c c admin masters --json 2>/dev/null \
-      | jq -e --argjson id "$l" '.[] | select(.id == $id and .role == "follower" and .lag == 0)' >/dev/null; do
+      | jq -e --argjson id "$l" '.[] | select(.id == $id and (.role == "follower" or .role == "leader") and .lag == 0)' >/dev/null; do
     [ "$(date +%s)" -lt "$deadline" ] || die "master $l did not rejoin within 60 s of its restart"
     sleep 0.2
   done
-  echo "netns-test: kill $k of the leader (master $l): first write acknowledged ${gaps[-1]} ms later; it rejoined"
+  echo "netns-test: kill $k of the leader (master $l): first write sent after it acknowledged ${gaps[-1]} ms later; it rejoined"
 done
 sorted=$(printf '%s\n' "${gaps[@]}" | sort -n)
-echo "netns-test: leader kills under load: ${#gaps[@]}, kill to first acknowledged write median $(echo "$sorted" | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }') ms, max $(echo "$sorted" | tail -1) ms"
+echo "netns-test: leader kills under load: ${#gaps[@]}, kill to the first acknowledged write sent after it: median $(echo "$sorted" | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }') ms, max $(echo "$sorted" | tail -1) ms"
 
 n0=$(wc -l <"$work/ledger")
 until [ "$(wc -l <"$work/ledger")" -ge $((n0 + 20)) ]; do sleep 0.1; done
