@@ -2,6 +2,8 @@
 //! follows the leader, a leader stopped under a stream of mutations, and raft calls a
 //! master must refuse.
 
+mod common;
+
 use std::time::Duration;
 
 use curvine_client::CurvineFs;
@@ -9,52 +11,17 @@ use curvine_common::proto::raft_service_client::RaftServiceClient;
 use curvine_common::proto::RaftRequest;
 use curvine_common::FsError;
 use curvine_server::testing::ha::HaCluster;
-use curvine_server::testing::wait_until;
 
 const WAIT: Duration = Duration::from_secs(30);
 
 /// The index of the master that accepts a mutation (the leader), once one does.
 async fn leader(c: &HaCluster) -> usize {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        for i in 0..c.len() {
-            if !c.running(i) {
-                continue;
-            }
-            let Ok(fs) = CurvineFs::connect(c.conf_of(i)).await else {
-                continue;
-            };
-            if fs.mkdir("/", true).await.is_ok() {
-                return i;
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no leader elected within {WAIT:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::ha::leader(c, WAIT).await
 }
 
 /// Wait until master `i` has every path of `paths` and none of `gone`.
 async fn has_all(c: &HaCluster, i: usize, paths: &[String], gone: &[String]) {
-    let fs = CurvineFs::connect(c.conf_of(i)).await.unwrap();
-    let fs = &fs;
-    let ok = wait_until(WAIT, || async move {
-        for p in paths {
-            if !fs.exists(p).await.unwrap_or(false) {
-                return false;
-            }
-        }
-        for p in gone {
-            if fs.exists(p).await.unwrap_or(true) {
-                return false;
-            }
-        }
-        true
-    })
-    .await;
-    assert!(ok.is_ok(), "master {i} lacks acknowledged changes");
+    common::ha::has_all(c, i, paths, gone, WAIT).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

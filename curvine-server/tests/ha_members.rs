@@ -3,6 +3,8 @@
 //! removed under a stream of mutations, the roles the leader reports, bad changes
 //! refused, and a worker that re-registers with a new leader after a failover.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,25 +19,7 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// The index of the master that accepts a mutation (the leader), once one does.
 async fn leader(c: &HaCluster) -> usize {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        for i in 0..c.len() {
-            if !c.running(i) {
-                continue;
-            }
-            let Ok(fs) = CurvineFs::connect(c.conf_of(i)).await else {
-                continue;
-            };
-            if fs.mkdir("/", true).await.is_ok() {
-                return i;
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no leader elected within {WAIT:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::ha::leader(c, WAIT).await
 }
 
 /// The masters as master `i` (the leader) lists them, by id.
@@ -54,18 +38,7 @@ fn role_of(list: &[MasterInfo], id: u64) -> String {
 
 /// Wait until master `i` has every path of `paths`.
 async fn has_all(c: &HaCluster, i: usize, paths: &[String]) {
-    let fs = CurvineFs::connect(c.conf_of(i)).await.unwrap();
-    let fs = &fs;
-    let ok = wait_until(WAIT, || async move {
-        for p in paths {
-            if !fs.exists(p).await.unwrap_or(false) {
-                return false;
-            }
-        }
-        true
-    })
-    .await;
-    assert!(ok.is_ok(), "master {i} lacks acknowledged changes");
+    common::ha::has_all(c, i, paths, &[], WAIT).await
 }
 
 /// Mutations from one client until `stop`: the paths of those acknowledged.

@@ -3,6 +3,8 @@
 //! catches up by snapshot while a client goes on writing, every master restarted still
 //! has the whole namespace, and snapshot chunks that are not sound are refused.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +14,6 @@ use curvine_common::proto::raft_service_client::RaftServiceClient;
 use curvine_common::proto::RaftRequest;
 use curvine_common::FsError;
 use curvine_server::testing::ha::HaCluster;
-use curvine_server::testing::wait_until;
 
 const WAIT: Duration = Duration::from_secs(60);
 /// A snapshot every this many entries: small, so a few hundred mutations compact the log
@@ -27,46 +28,12 @@ async fn start() -> HaCluster {
 
 /// The index of the master that accepts a mutation (the leader), once one does.
 async fn leader(c: &HaCluster) -> usize {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        for i in 0..c.len() {
-            if !c.running(i) {
-                continue;
-            }
-            let Ok(fs) = CurvineFs::connect(c.conf_of(i)).await else {
-                continue;
-            };
-            if fs.mkdir("/", true).await.is_ok() {
-                return i;
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no leader elected within {WAIT:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::ha::leader(c, WAIT).await
 }
 
 /// Wait until master `i` has every path of `paths` and none of `gone`.
 async fn has_all(c: &HaCluster, i: usize, paths: &[String], gone: &[String]) {
-    let fs = CurvineFs::connect(c.conf_of(i)).await.unwrap();
-    let fs = &fs;
-    let ok = wait_until(WAIT, || async move {
-        for p in paths {
-            if !fs.exists(p).await.unwrap_or(false) {
-                return false;
-            }
-        }
-        for p in gone {
-            if fs.exists(p).await.unwrap_or(true) {
-                return false;
-            }
-        }
-        true
-    })
-    .await;
-    assert!(ok.is_ok(), "master {i} lacks acknowledged changes");
+    common::ha::has_all(c, i, paths, gone, WAIT).await
 }
 
 /// Acknowledged changes: paths that must exist and paths that must not.

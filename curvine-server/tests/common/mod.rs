@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod ha;
 pub mod ufs;
 
 use std::collections::HashMap;
