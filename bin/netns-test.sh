@@ -170,6 +170,25 @@ hosts=$(cv_in c c fs blocks --json /data.bin \
 cv_in c c fs cat /data.bin | cmp - "$work/data.bin" || die "/data.bin reads back different bytes"
 echo "netns-test: /data.bin written and read back over the network, blocks on both workers"
 
+# ms from NS (date +%s%N) to the acknowledgement of the first write sent after it
+first_ack_ms() { # first_ack_ms NS WHAT
+  local deadline=$(( $(date +%s) + 30 )) first=""
+  while [ -z "$first" ]; do
+    first=$(awk -v t="$1" '$2 > t { print $3; exit }' "$work/ledger")
+    [ -n "$first" ] || { [ "$(date +%s)" -lt "$deadline" ] || die "no write acknowledged within 30 s of $2"; sleep 0.05; }
+  done
+  echo $(( (first - $1) / 1000000 ))
+}
+# wait until the leader lists master ID with the whole log in one of ROLES (a jq test)
+wait_back() { # wait_back ID ROLES SECONDS
+  local deadline=$(( $(date +%s) + $3 ))
+  until cv_in c c admin masters --json 2>/dev/null \
+      | jq -e --argjson id "$1" ".[] | select(.id == \$id and ($2) and .lag == 0)" >/dev/null; do
+    [ "$(date +%s)" -lt "$deadline" ] || { cv_in c c admin masters || true; die "master $1 did not rejoin within $3 s"; }
+    sleep 0.2
+  done
+}
+
 # --- the partition ---------------------------------------------------------------------
 # A writer in the client's namespace: one mkdir after another, each acknowledged one
 # written to the ledger with the times it was sent and acknowledged (the directory
@@ -202,14 +221,8 @@ echo "netns-test: cut-off master refused: $(head -1 "$work/minority.err")"
 
 new=$(wait_leader "$others" 30)
 [ "$new" != "$leader" ] || die "the cut-off master still leads"
-# the first mutation acknowledged after the cut
-deadline=$(( $(date +%s) + 30 ))
-first=""
-while [ -z "$first" ]; do
-  first=$(awk -v t="$cut_ns" '$2 > t { print $3; exit }' "$work/ledger")
-  [ -n "$first" ] || { [ "$(date +%s)" -lt "$deadline" ] || die "no write acknowledged within 30 s of the cut"; sleep 0.1; }
-done
-echo "netns-test: master $new leads; first write sent after the cut acknowledged $(( (first - cut_ns) / 1000000 )) ms after it"
+ms=$(first_ack_ms "$cut_ns" "the cut")
+echo "netns-test: master $new leads; first write sent after the cut acknowledged $ms ms after it"
 # the workers register with the new leader, and the data written before the cut reads
 wait_workers
 cv_in c c fs cat /data.bin | cmp - "$work/data.bin" || die "/data.bin differs after the failover"
@@ -225,12 +238,7 @@ while cv_in c "only-m$leader" fs mkdir -p / >/dev/null 2>&1; do
   sleep 0.2
 done
 # and the leader lists it as a follower that holds the whole log
-deadline=$(( $(date +%s) + 30 ))
-until cv_in c c admin masters --json 2>/dev/null \
-    | jq -e --argjson id "$leader" '.[] | select(.id == $id and .role == "follower" and .lag == 0)' >/dev/null; do
-  [ "$(date +%s)" -lt "$deadline" ] || { cv_in c c admin masters || true; die "master $leader did not rejoin as a follower"; }
-  sleep 0.2
-done
+wait_back "$leader" '.role == "follower"' 30
 echo "netns-test: master $leader is a follower again: $(cv_in c c admin masters --json | jq -c 'map({id, role, lag})')"
 # --- leader kills under load ------------------------------------------------------------
 need_bin curvine-bench
@@ -249,22 +257,12 @@ for k in $(seq "${NETNS_FAILOVERS:-2}"); do
   kill_ns=$(date +%s%N)
   kill -KILL "${mpid[m$l]}"
   wait "${mpid[m$l]}" 2>/dev/null || true
-  deadline=$(( $(date +%s) + 30 ))
-  first=""
-  while [ -z "$first" ]; do
-    first=$(awk -v t="$kill_ns" '$2 > t { print $3; exit }' "$work/ledger")
-    [ -n "$first" ] || { [ "$(date +%s)" -lt "$deadline" ] || die "no write acknowledged within 30 s of kill $k"; sleep 0.05; }
-  done
-  gaps+=($(( (first - kill_ns) / 1000000 )))
+  ms=$(first_ack_ms "$kill_ns" "kill $k")
+  gaps+=("$ms")
   start "m$l" master
   # back with the whole log before the next kill: a follower, or the leader again when
   # it came back before the others' election timeout (its vote still stands)
-  deadline=$(( $(date +%s) + 60 ))
-  until cv_in c c admin masters --json 2>/dev/null \
-      | jq -e --argjson id "$l" '.[] | select(.id == $id and (.role == "follower" or .role == "leader") and .lag == 0)' >/dev/null; do
-    [ "$(date +%s)" -lt "$deadline" ] || die "master $l did not rejoin within 60 s of its restart"
-    sleep 0.2
-  done
+  wait_back "$l" '.role == "follower" or .role == "leader"' 60
   echo "netns-test: kill $k of the leader (master $l): first write sent after it acknowledged ${gaps[-1]} ms later; it rejoined"
 done
 sorted=$(printf '%s\n' "${gaps[@]}" | sort -n)
