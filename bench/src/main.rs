@@ -67,6 +67,9 @@ struct Args {
     /// mkdir phase (0: all files in one directory).
     #[arg(long, default_value_t = 0)]
     meta_dirs: usize,
+    /// `meta`: leave the files in place (no delete phase), e.g. to grow a namespace.
+    #[arg(long)]
+    meta_keep: bool,
     /// `ufs.read`: the S3 endpoint (credentials from $AWS_ACCESS_KEY_ID and
     /// $AWS_SECRET_ACCESS_KEY) and bucket; --dir is where it is mounted.
     #[arg(long, default_value = "http://127.0.0.1:9000")]
@@ -646,6 +649,10 @@ async fn meta(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
     let phases: &[&'static str] = match dirs {
         0 => &["create", "stat", "delete"],
         _ => &["mkdir", "create", "stat", "delete"],
+    };
+    let phases = match args.meta_keep {
+        true => &phases[..phases.len() - 1],
+        false => phases,
     };
     for &phase in phases {
         // the stat phase goes over the files `stat_rounds` times

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use curvine_common::proto::{Change, ChangedEntry, WatchRequest, WatchResponse};
 use tokio::sync::watch;
 
-use super::records::{op::Kind, JournalEntry};
+use super::records::{op::Kind, Op};
 
 /// Changes kept for followers: a follower further behind than this must reset.
 pub(super) const KEPT_CHANGES: usize = 65_536;
@@ -118,10 +118,10 @@ impl ChangeLog {
 
     /// Record what `entry`, applied for client `origin` (0: the master itself), touched.
     /// Called in apply order (under the namespace's mutation lock).
-    pub(super) fn record(&self, origin: u64, entry: &JournalEntry) {
+    pub(super) fn record(&self, origin: u64, ops: &[Op]) {
         let mut inodes: Vec<u64> = Vec::new();
         let mut entries: Vec<ChangedEntry> = Vec::new();
-        for op in &entry.ops {
+        for op in ops {
             match &op.kind {
                 Some(Kind::PutInode(i)) => inodes.push(i.id),
                 Some(Kind::DelInode(id)) => inodes.push(*id),
@@ -316,7 +316,7 @@ mod tests {
     #[tokio::test]
     async fn a_first_call_resets_and_learns_the_epoch() {
         let log = ChangeLog::new(8, KEPT_BYTES, FOLLOW_GRACE);
-        log.record(1, &entry(10, 1, "a"));
+        log.record(1, &entry(10, 1, "a").ops);
         let r = log.watch(&WatchRequest::default()).await;
         assert!(r.reset);
         assert_eq!(r.epoch, log.epoch);
@@ -329,8 +329,8 @@ mod tests {
     #[tokio::test]
     async fn changes_name_their_inodes_once_and_their_entries() {
         let log = followed(8, KEPT_BYTES).await;
-        log.record(7, &entry(10, 1, "a"));
-        log.record(0, &JournalEntry::default()); // nothing touched: not a change
+        log.record(7, &entry(10, 1, "a").ops);
+        log.record(0, &[]); // nothing touched: not a change
         let r = log.watch(&req(&log, 0, 0, 0)).await;
         assert_eq!(r.last_seq, 1);
         assert_eq!(r.changes.len(), 1);
@@ -343,9 +343,9 @@ mod tests {
     #[tokio::test]
     async fn the_callers_own_changes_are_left_out_but_passed() {
         let log = followed(8, KEPT_BYTES).await;
-        log.record(7, &entry(10, 1, "mine"));
-        log.record(8, &entry(11, 1, "theirs"));
-        log.record(7, &entry(12, 1, "mine too"));
+        log.record(7, &entry(10, 1, "mine").ops);
+        log.record(8, &entry(11, 1, "theirs").ops);
+        log.record(7, &entry(12, 1, "mine too").ops);
         let r = log.watch(&req(&log, 0, 7, 0)).await;
         assert_eq!(r.last_seq, 3);
         let names: Vec<_> = r
@@ -360,7 +360,7 @@ mod tests {
     async fn a_follower_behind_the_kept_changes_resets() {
         let log = followed(2, KEPT_BYTES).await;
         for i in 0..3 {
-            log.record(1, &entry(10 + i, 1, "x"));
+            log.record(1, &entry(10 + i, 1, "x").ops);
         }
         assert!(log.watch(&req(&log, 0, 0, 0)).await.reset);
         let r = log.watch(&req(&log, 1, 0, 0)).await;
@@ -378,7 +378,7 @@ mod tests {
         let log = followed(1000, 8 << 10).await;
         let name = "n".repeat(200);
         for i in 0..100 {
-            log.record(1, &entry(10 + i, 1, &name));
+            log.record(1, &entry(10 + i, 1, &name).ops);
         }
         let (kept, bytes) = {
             let l = log.lock();
@@ -399,9 +399,9 @@ mod tests {
         let log = std::sync::Arc::new(followed(8, KEPT_BYTES).await);
         let waiter = waiting(&log, 7);
         // the follower's own change does not end the wait; another client's does
-        log.record(7, &entry(10, 1, "mine"));
+        log.record(7, &entry(10, 1, "mine").ops);
         tokio::task::yield_now().await;
-        log.record(8, &entry(11, 1, "theirs"));
+        log.record(8, &entry(11, 1, "theirs").ops);
         let r = answer(waiter).await;
         assert_eq!(r.last_seq, 2);
         assert_eq!(r.changes.len(), 1);
@@ -421,13 +421,13 @@ mod tests {
     async fn an_unfollowed_log_keeps_nothing_and_a_late_follower_resets() {
         let log = ChangeLog::new(8, KEPT_BYTES, FOLLOW_GRACE);
         for i in 0..3 {
-            log.record(1, &entry(10 + i, 1, "x"));
+            log.record(1, &entry(10 + i, 1, "x").ops);
         }
         assert_eq!(held(&log), (0, 0));
         let r = log.watch(&WatchRequest::default()).await;
         assert!(r.reset);
         assert_eq!(r.last_seq, 3);
-        log.record(1, &entry(20, 1, "y"));
+        log.record(1, &entry(20, 1, "y").ops);
         let r = log.watch(&req(&log, 3, 0, 0)).await;
         assert!(!r.reset);
         assert_eq!(r.changes.len(), 1);
@@ -442,13 +442,13 @@ mod tests {
         while log.lock().watching == 0 {
             tokio::task::yield_now().await;
         }
-        log.record(8, &entry(11, 1, "seen"));
+        log.record(8, &entry(11, 1, "seen").ops);
         let r = answer(waiter).await;
         assert_eq!(r.changes.len(), 1);
         assert_eq!(log.lock().watching, 0);
         // the follower is gone: the next change is counted, nothing is kept, and the
         // follower coming back after it resets
-        log.record(8, &entry(12, 1, "unseen"));
+        log.record(8, &entry(12, 1, "unseen").ops);
         assert_eq!(held(&log), (0, 0));
         let r = log.watch(&req(&log, 1, 0, 0)).await;
         assert!(r.reset);

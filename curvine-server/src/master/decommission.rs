@@ -122,7 +122,7 @@ impl Namespace {
             let (n, _seq) = self.mutate(0, |txn| {
                 let mut n = 0;
                 for (block, workers) in chunk {
-                    let Some(mut b) = txn.store.block(*block)? else {
+                    let Some(mut b) = txn.block(*block)? else {
                         continue;
                     };
                     let keeps = |w: u32| live.contains_key(&w) && !draining.contains(&w);

@@ -200,7 +200,7 @@ impl Namespace {
                     cb.block_id, ino.id
                 )));
             }
-            let mut rec = txn.store.block(cb.block_id)?.unwrap_or_else(|| BlockRec {
+            let mut rec = txn.block(cb.block_id)?.unwrap_or_else(|| BlockRec {
                 id: cb.block_id,
                 inode: ino.id,
                 ..Default::default()
@@ -244,7 +244,7 @@ impl Namespace {
             }
             txn.put_block(rec);
         }
-        let recs = txn.store.blocks(&ino.blocks)?;
+        let recs = txn.blocks(&ino.blocks)?;
         let mut keep = Vec::with_capacity(ino.blocks.len());
         let mut len = 0;
         for (id, rec) in ino.blocks.clone().into_iter().zip(recs) {
@@ -567,7 +567,7 @@ fn set_data_len(ino: &mut InodeRec, data: u64, min_len: u64) {
 /// Keep the first `len` bytes of `ino`'s blocks (the last one shortened); the
 /// blocks past them are dropped.
 fn trim_blocks(txn: &mut Txn<'_>, ino: &mut InodeRec, len: u64) -> FsResult<()> {
-    let recs = txn.store.blocks(&ino.blocks)?;
+    let recs = txn.blocks(&ino.blocks)?;
     let mut keep = Vec::new();
     let mut offset = 0u64;
     for rec in recs.into_iter().flatten() {

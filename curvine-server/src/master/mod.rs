@@ -14,6 +14,7 @@
 mod apply;
 mod attrs;
 pub mod auth;
+mod batch;
 mod changes;
 mod decommission;
 mod files;
@@ -36,6 +37,7 @@ mod store;
 mod syncer;
 mod tree;
 mod ttl;
+mod txn;
 mod ufs_meta;
 mod ufs_write;
 mod upgrade;

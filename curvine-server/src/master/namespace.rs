@@ -3,7 +3,7 @@
 //! `attrs.rs` (attributes, xattrs); worker-facing calls in `workers.rs`.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use curvine_common::conf::MasterConf;
@@ -16,10 +16,7 @@ use tracing::info;
 use super::apply::{self, Applied, Effects};
 use super::changes::{ChangeLog, FOLLOW_GRACE, KEPT_BYTES, KEPT_CHANGES};
 use super::lease::Leases;
-use super::records::{
-    op::Kind, BlockRec, Counters, EdgeRec, InodeRec, JournalEntry, LeaseRec, MetaRec, ReplicaRec,
-    WorkerBlockRec,
-};
+use super::records::{Counters, InodeRec};
 use super::store::{self, Store};
 use super::syncer::Syncer;
 use super::workers::Workers;
@@ -60,6 +57,8 @@ pub struct Namespace {
     pub(super) replica: std::sync::OnceLock<Arc<super::raft::Replica>>,
     /// Where expiry of the retry cache resumes (`retry_cache`).
     pub(super) retries: super::retry_cache::RetryCache,
+    /// The mutations being built into one entry (replicated masters, `batch`).
+    pub(super) batch: super::batch::Batcher,
 }
 
 /// Read access shared by the store (lock-free reads) and a transaction (its own
@@ -78,226 +77,7 @@ impl Reader for Store {
     }
 }
 
-pub(super) use super::apply::Delete;
-
-/// A mutation being built: the journal entry plus an overlay of what it has written.
-/// Effects on the master's memory (leases, replica accounting, deletions) are recorded
-/// in the entry too, so that applying it (`apply::step`) needs nothing else.
-pub(super) struct Txn<'a> {
-    pub store: &'a Store,
-    pub counters: Counters,
-    pub now: i64,
-    pub(super) entry: JournalEntry,
-    pub(super) inodes: HashMap<u64, Option<InodeRec>>,
-    pub(super) edges: HashMap<(u64, String), Option<u64>>,
-}
-
-impl Reader for Txn<'_> {
-    fn inode(&self, id: u64) -> FsResult<Option<InodeRec>> {
-        match self.inodes.get(&id) {
-            Some(v) => Ok(v.clone()),
-            None => self.store.inode(id),
-        }
-    }
-    fn child(&self, parent: u64, name: &str) -> FsResult<Option<u64>> {
-        match self.edges.get(&(parent, name.to_string())) {
-            Some(v) => Ok(*v),
-            None => self.store.child(parent, name),
-        }
-    }
-}
-
-impl Txn<'_> {
-    /// `inode` for a walk over many (a recursive delete): what the store has is read
-    /// without filling its cache.
-    pub fn inode_for_scan(&self, id: u64) -> FsResult<Option<InodeRec>> {
-        match self.inodes.get(&id) {
-            Some(v) => Ok(v.clone()),
-            None => self.store.inode_for_scan(id),
-        }
-    }
-
-    pub fn alloc_inode(&mut self) -> u64 {
-        let id = self.counters.next_inode;
-        self.counters.next_inode += 1;
-        id
-    }
-    pub fn put_inode(&mut self, i: InodeRec) {
-        self.inodes.insert(i.id, Some(i.clone()));
-        self.entry.push(Kind::PutInode(i));
-    }
-    pub fn del_inode(&mut self, id: u64) {
-        self.inodes.insert(id, None);
-        self.entry.push(Kind::DelInode(id));
-    }
-    pub fn put_edge(&mut self, parent: u64, name: &str, child: u64) {
-        self.edges.insert((parent, name.to_string()), Some(child));
-        self.entry.push(Kind::PutEdge(EdgeRec {
-            parent,
-            name: name.to_string(),
-            child,
-        }));
-    }
-    pub fn del_edge(&mut self, parent: u64, name: &str) {
-        self.edges.insert((parent, name.to_string()), None);
-        self.entry.push(Kind::DelEdge(EdgeRec {
-            parent,
-            name: name.to_string(),
-            child: 0,
-        }));
-    }
-    pub fn put_block(&mut self, b: BlockRec) {
-        self.entry.push(Kind::PutBlock(b));
-    }
-    pub fn put_worker_block(&mut self, worker_id: u32, block_id: u64) {
-        self.entry.push(Kind::PutWorkerBlock(WorkerBlockRec {
-            worker_id,
-            block_id,
-        }));
-    }
-    pub fn del_worker_block(&mut self, worker_id: u32, block_id: u64) {
-        self.entry.push(Kind::DelWorkerBlock(WorkerBlockRec {
-            worker_id,
-            block_id,
-        }));
-    }
-    /// Drop a block record and queue its replicas for deletion on their workers.
-    pub fn drop_block(&mut self, b: &BlockRec) {
-        for l in &b.locs {
-            self.del_worker_block(l.worker_id, b.id);
-            self.delete_replica(Delete {
-                worker: l.worker_id,
-                block: b.id,
-                tier: l.tier,
-                len: b.len,
-            });
-            self.replica_freed(l.worker_id, b.id);
-        }
-        self.entry.push(Kind::DelBlock(b.id));
-        self.counters.blocks = self.counters.blocks.saturating_sub(1);
-    }
-    /// Once applied, have the worker delete replica `d`.
-    pub fn delete_replica(&mut self, d: Delete) {
-        self.entry.push(Kind::DeleteReplica(ReplicaRec {
-            worker_id: d.worker,
-            block_id: d.block,
-            tier: d.tier,
-            len: d.len,
-        }));
-    }
-    /// Once applied, the replica of `block` on `worker` is out of the block map (for
-    /// the worker's reservations).
-    pub fn replica_freed(&mut self, worker: u32, block: u64) {
-        self.entry.push(Kind::ReplicaFreed(WorkerBlockRec {
-            worker_id: worker,
-            block_id: block,
-        }));
-    }
-    /// Once applied, `len` bytes of `block` are committed on `worker`.
-    pub fn replica_committed(&mut self, worker: u32, block: u64, len: u64) {
-        self.entry.push(Kind::ReplicaCommitted(ReplicaRec {
-            worker_id: worker,
-            block_id: block,
-            tier: 0,
-            len,
-        }));
-    }
-    /// Once applied, `client_id` holds the writer's lease on `inode`.
-    pub fn grant_lease(&mut self, inode: u64, client_id: u64) {
-        self.entry
-            .push(Kind::GrantLease(LeaseRec { inode, client_id }));
-    }
-    /// Once applied, nobody holds a lease on `inode`.
-    pub fn release_lease(&mut self, inode: u64) {
-        self.entry.push(Kind::ReleaseLease(inode));
-    }
-    pub fn put_meta(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.entry.push(Kind::PutMeta(MetaRec { key, value }));
-    }
-    pub fn del_meta(&mut self, key: Vec<u8>) {
-        self.entry.push(Kind::DelMeta(key));
-    }
-
-    /// Add `name -> child` to directory `dir` (updating its entry count and times).
-    pub fn link_entry(&mut self, dir: u64, name: &str, child: u64) -> FsResult<()> {
-        self.link_entry_as(dir, name, child, false)
-    }
-
-    /// `link_entry`; `subdir`: the child is a directory, whose `..` links `dir` (a
-    /// directory's link count is 2 plus its subdirectories).
-    pub fn link_entry_as(
-        &mut self,
-        dir: u64,
-        name: &str,
-        child: u64,
-        subdir: bool,
-    ) -> FsResult<()> {
-        let mut d = self.must_inode(dir)?;
-        d.children += 1;
-        if subdir {
-            d.nlink = d.nlink.max(2) + 1;
-        }
-        d.mtime_ms = self.now;
-        d.ctime_ms = self.now;
-        self.put_edge(dir, name, child);
-        self.put_inode(d);
-        Ok(())
-    }
-
-    /// Remove `name` from directory `dir` (the child inode is left alone).
-    pub fn unlink_entry(&mut self, dir: u64, name: &str) -> FsResult<()> {
-        self.unlink_entry_as(dir, name, false)
-    }
-
-    /// `unlink_entry`; `subdir`: the entry is a directory (see `link_entry_as`).
-    pub fn unlink_entry_as(&mut self, dir: u64, name: &str, subdir: bool) -> FsResult<()> {
-        let mut d = self.must_inode(dir)?;
-        d.children = d.children.saturating_sub(1);
-        if subdir {
-            d.nlink = d.nlink.saturating_sub(1).max(2);
-        }
-        d.mtime_ms = self.now;
-        d.ctime_ms = self.now;
-        self.del_edge(dir, name);
-        self.put_inode(d);
-        Ok(())
-    }
-
-    pub fn must_inode(&self, id: u64) -> FsResult<InodeRec> {
-        self.inode(id)?
-            .ok_or_else(|| FsError::internal(format!("inode {id} vanished")))
-    }
-
-    /// Drop one link to `child` (already unlinked from its directory): the inode and its
-    /// blocks go when the last link does. Directories must already be empty.
-    pub fn release_inode(&mut self, mut child: InodeRec) -> FsResult<()> {
-        if child.file_type == FileType::Dir as i32 {
-            self.del_inode(child.id);
-            self.counters.dirs = self.counters.dirs.saturating_sub(1);
-            return Ok(());
-        }
-        child.nlink = child.nlink.saturating_sub(1);
-        if child.nlink > 0 {
-            child.ctime_ms = self.now;
-            self.put_inode(child);
-            return Ok(());
-        }
-        let blocks = self.store.blocks(&child.blocks)?;
-        for b in blocks.into_iter().flatten() {
-            self.drop_block(&b);
-        }
-        if !child.complete {
-            self.del_meta(store::open_key(child.id));
-            self.release_lease(child.id);
-        }
-        if child.ufs.as_ref().is_some_and(|u| !u.persisted) {
-            self.del_meta(super::persist::pending_key(child.id));
-        }
-        self.del_inode(child.id);
-        self.counters.files = self.counters.files.saturating_sub(1);
-        Ok(())
-    }
-}
+pub(super) use super::txn::{Delete, Txn};
 
 /// Result of walking a path.
 pub(super) struct Walk {
@@ -537,6 +317,7 @@ impl Namespace {
             purge: Default::default(),
             replica: Default::default(),
             retries: Default::default(),
+            batch: Default::default(),
         };
         ns.workers.load(&ns.store)?;
         // Writers of files open before the restart get a fresh lease to continue.
@@ -580,14 +361,7 @@ impl Namespace {
             return self.mutate_replicated(rep, origin, f);
         }
         let mut guard = self.mu.lock().unwrap_or_else(|p| p.into_inner());
-        let mut txn = Txn {
-            store: &self.store,
-            counters: *guard,
-            now: now_ms(),
-            entry: JournalEntry::default(),
-            inodes: HashMap::new(),
-            edges: HashMap::new(),
-        };
+        let mut txn = Txn::new(&self.store, *guard, now_ms());
         let r = f(&mut txn)?;
         if txn.counters != *guard {
             let c = txn.counters.encode_to_vec();
@@ -604,7 +378,7 @@ impl Namespace {
         } else {
             self.store.write(batch, &txn.entry)?;
             let seq = self.syncer.wrote();
-            self.changes.record(origin, &txn.entry);
+            self.changes.record(origin, &txn.entry.ops);
             seq
         };
         if let Some(c) = effects.counters {

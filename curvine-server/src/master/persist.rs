@@ -413,7 +413,7 @@ impl Namespace {
             u.mtime_ms = obj.mtime_ms;
             u.len = obj.len;
             u.loaded_ms = txn.now;
-            for mut b in txn.store.blocks(&ino.blocks)?.into_iter().flatten() {
+            for mut b in txn.blocks(&ino.blocks)?.into_iter().flatten() {
                 droppable.extend(b.locs.iter().map(|l| (l.worker_id, b.id)));
                 if !b.ufs {
                     b.ufs = true;
@@ -619,7 +619,7 @@ impl Namespace {
     fn postpone(&self, id: u64) -> FsResult<()> {
         let delay = self.conf.persist_delay.0.as_millis() as i64;
         self.mutate(0, |txn| {
-            let Some(v) = txn.store.meta(&pending_key(id))? else {
+            let Some(v) = txn.meta(&pending_key(id))? else {
                 return Ok(());
             };
             let len = v

@@ -108,7 +108,7 @@ impl Namespace {
             let mut after = String::new();
             loop {
                 let want = limit.saturating_sub(seen).clamp(1, 1024) as usize;
-                let (entries, more) = txn.store.list(d, &after, want)?;
+                let (entries, more) = txn.list(d, &after, want)?;
                 for (_, id) in &entries {
                     seen += 1;
                     if seen >= limit {
@@ -162,7 +162,7 @@ impl Namespace {
                 };
                 let (dir, after) = (top.dir, top.after.clone());
                 let want = (budget - removed).min(1024) as usize;
-                let (entries, _) = txn.store.list(dir, &after, want)?;
+                let (entries, _) = txn.list(dir, &after, want)?;
                 if entries.is_empty() {
                     // emptied (what this entry removed is past the cursor): it goes too
                     let Some(f) = walk.frames.pop() else {

@@ -2,12 +2,8 @@
 //! journal entry as a single master does, proposes it, and answers once the entry is
 //! committed and applied; every master applies committed entries alike.
 
-use std::collections::HashMap;
-
 use curvine_common::proto::CallerInfo;
-use curvine_common::types::now_ms;
 use curvine_common::FsResult;
-use prost::Message;
 
 use super::apply::{self, Applied};
 use super::namespace::{Namespace, Txn};
@@ -42,9 +38,10 @@ impl Namespace {
     }
 
     /// `mutate` on a replicated master. A follower refuses with `NotLeader` before it
-    /// builds anything. The leader holds the mutation lock until its entry is applied,
-    /// so the next mutation's `Txn` reads the state this one made. Returns sequence 0:
-    /// the entry is durable on a majority of the masters once committed.
+    /// builds anything. The leader builds the mutation into the open batch of
+    /// mutations (`batch`), after every earlier batch is applied, and answers once the
+    /// batch is committed and applied. Returns sequence 0: the entry is durable on a
+    /// majority of the masters once committed.
     pub(super) fn mutate_replicated<R>(
         &self,
         rep: &Replica,
@@ -55,28 +52,7 @@ impl Namespace {
         rep.blocking(|| {
             // a new leader first applies what earlier leaders committed
             rep.ready_to_mutate(self.conf.election_timeout.get())?;
-            let _guard = self.mu.lock().unwrap_or_else(|p| p.into_inner());
-            let counters = self.store.counters()?;
-            let mut txn = Txn {
-                store: &self.store,
-                counters,
-                now: now_ms(),
-                entry: JournalEntry::default(),
-                inodes: HashMap::new(),
-                edges: HashMap::new(),
-            };
-            let r = f(&mut txn)?;
-            if txn.counters != counters {
-                let c = txn.counters.encode_to_vec();
-                txn.put_meta(store::META_COUNTERS.to_vec(), c);
-            }
-            if !txn.entry.ops.is_empty() {
-                rep.propose(Proposal {
-                    origin,
-                    entry: Some(txn.entry),
-                })?;
-            }
-            Ok((r, 0))
+            Ok((self.mutate_batched(rep, origin, f)?, 0))
         })
     }
 
@@ -108,7 +84,7 @@ impl Namespace {
     /// change log and the effects on memory.
     pub(super) fn apply_committed(
         &self,
-        origin: u64,
+        p: &Proposal,
         entry: &JournalEntry,
         applied_key: &[u8],
         applied: &[u8],
@@ -118,7 +94,17 @@ impl Namespace {
         batch.put_cf(self.store.cf(CF_RAFT_META)?, applied_key, applied);
         self.store.write(batch, entry)?;
         if records {
-            self.changes.record(origin, entry);
+            // a batch's entry: each client's run of ops as its own change
+            let mut from = 0;
+            for part in &p.parts {
+                let end = usize::try_from(part.end).unwrap_or(usize::MAX);
+                let end = end.clamp(from, entry.ops.len());
+                self.changes.record(part.origin, &entry.ops[from..end]);
+                from = end;
+            }
+            if from < entry.ops.len() {
+                self.changes.record(p.origin, &entry.ops[from..]);
+            }
         }
         self.apply_effects(&effects);
         if effects.blocks_dropped {

@@ -23,7 +23,7 @@ use curvine_common::FsResult;
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
-use super::namespace::{is_file, Delete, Namespace};
+use super::namespace::{is_file, Delete, Namespace, Reader};
 use super::records::BlockRec;
 
 struct Inflight {
@@ -306,7 +306,7 @@ impl Namespace {
     pub fn report_bad_block(&self, block: u64, worker: u32, reason: &str) -> FsResult<(bool, u64)> {
         let live = self.workers.live_addresses();
         let (removed, seq) = self.mutate(0, |txn| {
-            let Some(b) = txn.store.block(block)? else {
+            let Some(b) = txn.block(block)? else {
                 return Ok(false);
             };
             if !b.locs.iter().any(|l| l.worker_id == worker) {
@@ -320,7 +320,6 @@ impl Namespace {
             // the under-store holds a persisted file's blocks: its last replica can go
             let in_store = b.ufs
                 && txn
-                    .store
                     .inode(b.inode)?
                     .is_some_and(|i| i.ufs.as_ref().is_some_and(|u| u.persisted));
             if others == 0 && !in_store {

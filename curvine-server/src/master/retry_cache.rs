@@ -166,7 +166,7 @@ impl Namespace {
         }
         let key = reply_key(c.client_id, c.call_id);
         let done = self.mutate(c.client_id, |txn| {
-            if let Some(reply) = txn.store.meta(&key)? {
+            if let Some(reply) = txn.meta(&key)? {
                 return Ok(Err(reply));
             }
             let r = f(txn)?;
@@ -223,6 +223,11 @@ impl Namespace {
             .store
             .meta_from(TIME_PREFIX, &cursor, EXPIRE_PER_ENTRY)?
         {
+            if txn.meta_deleted(&k) {
+                // expired by an earlier mutation of the same batch
+                *cursor = k;
+                continue;
+            }
             let rest = &k[TIME_PREFIX.len()..];
             if rest.len() != 24 {
                 txn.del_meta(k.clone());

@@ -321,7 +321,7 @@ impl Namespace {
         check(c, dir, 3, || path.to_string())?;
         let mut after = String::new();
         loop {
-            let (entries, more) = txn.store.list(dir.id, &after, 1024)?;
+            let (entries, more) = txn.list(dir.id, &after, 1024)?;
             for (name, id) in &entries {
                 if root && *seen >= limit {
                     return Ok(());
@@ -355,7 +355,7 @@ impl Namespace {
         check(c, dir, 3, || path.to_string())?;
         let mut after = String::new();
         loop {
-            let (entries, more) = txn.store.list(dir.id, &after, 1024)?;
+            let (entries, more) = txn.list(dir.id, &after, 1024)?;
             for (name, id) in &entries {
                 let Some(child) = txn.inode_for_scan(*id)? else {
                     continue;

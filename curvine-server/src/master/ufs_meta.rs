@@ -247,7 +247,7 @@ impl Namespace {
                 let mut have: HashMap<String, u64> = HashMap::new();
                 let mut after = String::new();
                 loop {
-                    let (page, more) = txn.store.list(d.id, &after, 4096)?;
+                    let (page, more) = txn.list(d.id, &after, 4096)?;
                     match page.last() {
                         Some((n, _)) if more => after = n.clone(),
                         _ => after.clear(),
@@ -348,7 +348,7 @@ impl Namespace {
                 if is_file(&e) && changed(&u, o) {
                     s.changed += 1;
                     let old: Vec<u64> = std::mem::take(&mut e.blocks);
-                    for b in txn.store.blocks(&old)?.into_iter().flatten() {
+                    for b in txn.blocks(&old)?.into_iter().flatten() {
                         txn.drop_block(&b);
                     }
                     e.len = o.len;
@@ -521,7 +521,7 @@ impl Namespace {
         }
         let mut after = String::new();
         loop {
-            let (page, more) = txn.store.list(ino.id, &after, 1024)?;
+            let (page, more) = txn.list(ino.id, &after, 1024)?;
             for (_, id) in &page {
                 if let Some(child) = txn.inode_for_scan(*id)? {
                     self.free_in(txn, &child, n)?;
@@ -546,7 +546,7 @@ impl Namespace {
             return Ok(()); // Curvine holds the only copy
         }
         let mut any = false;
-        for mut b in txn.store.blocks(&ino.blocks)?.into_iter().flatten() {
+        for mut b in txn.blocks(&ino.blocks)?.into_iter().flatten() {
             if b.locs.is_empty() || !b.ufs {
                 continue;
             }

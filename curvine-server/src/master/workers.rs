@@ -749,7 +749,7 @@ impl Namespace {
         worker: u32,
         r: &BlockReplica,
     ) -> FsResult<bool> {
-        match txn.store.block(r.block_id)? {
+        match txn.block(r.block_id)? {
             Some(mut b) => {
                 let tier = reported_tier(r, &b);
                 match b.locs.iter_mut().find(|l| l.worker_id == worker) {
@@ -781,7 +781,7 @@ impl Namespace {
     ) -> FsResult<()> {
         txn.del_worker_block(worker, block);
         self.repl.mark();
-        if let Some(mut b) = txn.store.block(block)? {
+        if let Some(mut b) = txn.block(block)? {
             let before = b.locs.len();
             b.locs.retain(|l| l.worker_id != worker);
             if b.locs.len() != before {

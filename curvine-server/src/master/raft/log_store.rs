@@ -215,6 +215,7 @@ mod tests {
             payload: EntryPayload::Normal(Proposal {
                 origin: 7,
                 entry: Some(je),
+                parts: Vec::new(),
             }),
         }
     }

@@ -34,12 +34,26 @@ pub use network::RaftSvc;
 
 /// One log entry's payload: a mutation's journal entry and the client it was made for
 /// (`CallerInfo.client_id`, 0 for the master's own), which the change log reports.
+/// The mutations of several clients built as one batch share an entry; `parts` then
+/// says whose each run of its ops is.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Proposal {
     #[prost(uint64, tag = "1")]
     pub origin: u64,
     #[prost(message, optional, tag = "2")]
     pub entry: Option<JournalEntry>,
+    #[prost(message, repeated, tag = "3")]
+    pub parts: Vec<ProposalPart>,
+}
+
+/// The ops of a shared entry up to `end` (from the previous part's end) were made for
+/// client `origin`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ProposalPart {
+    #[prost(uint64, tag = "1")]
+    pub origin: u64,
+    #[prost(uint64, tag = "2")]
+    pub end: u64,
 }
 
 openraft::declare_raft_types!(

@@ -7,9 +7,19 @@
 //! Confirmations are shared: one round is in flight at a time, and every read that
 //! arrives meanwhile waits for the next round, which starts after it came (so it still
 //! sees every mutation acknowledged before it).
+//!
+//! A confirmation also gives the leader a lease: a follower that answered a heartbeat
+//! sent at time `t` votes for no other candidate until openraft's leader lease (twice
+//! `master.election_timeout`) has passed since it answered, so no other leader can be
+//! elected before `t` plus that. For half of `master.election_timeout` after a round
+//! began, a read needs no round of its own: every mutation acknowledged before it was
+//! applied here before it was acknowledged. A read in the second half of the lease
+//! starts the next round without waiting for it, so a steady stream of reads rarely
+//! waits for one.
 
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use curvine_common::{FsError, FsResult};
 use openraft::error::{CheckIsLeaderError, RaftError};
@@ -25,6 +35,15 @@ type Waiter = oneshot::Sender<FsResult<()>>;
 #[derive(Default)]
 pub(super) struct ReadIndex {
     queue: OnceLock<mpsc::UnboundedSender<Waiter>>,
+    lease: Arc<Lease>,
+}
+
+#[derive(Default)]
+struct Lease {
+    /// When the last confirmed round began, and in which term.
+    held: Mutex<Option<(Instant, u64)>>,
+    /// A round that renews the lease is asked for (no read waits for it).
+    renewing: AtomicBool,
 }
 
 /// Whether this node leads and has applied an entry of its own term (the blank entry
@@ -37,15 +56,26 @@ fn term_applied(m: &RaftMetrics<u64, BasicNode>, id: u64) -> bool {
 }
 
 /// One confirmation at a time; the waiters queued while it ran share the next one.
-async fn confirm_loop(raft: Raft, peers: Peers, mut rx: mpsc::UnboundedReceiver<Waiter>) {
+async fn confirm_loop(
+    raft: Raft,
+    peers: Peers,
+    lease: Arc<Lease>,
+    mut rx: mpsc::UnboundedReceiver<Waiter>,
+) {
     let mut batch = Vec::new();
     while let Some(w) = rx.recv().await {
         batch.push(w);
         while let Ok(w) = rx.try_recv() {
             batch.push(w);
         }
+        lease.renewing.store(false, Ordering::Relaxed);
+        let began = Instant::now();
+        let term = raft.metrics().borrow().current_term;
         let res = match raft.ensure_linearizable().await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                *lease.held.lock().unwrap_or_else(|p| p.into_inner()) = Some((began, term));
+                Ok(())
+            }
             Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
                 Err(FsError::NotLeader {
                     leader: peers.addr(f.leader_id),
@@ -83,10 +113,29 @@ impl Replica {
         let queue = self.reads.queue.get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel();
             let peers = Peers(self.peers.clone());
+            let lease = self.reads.lease.clone();
             self.handle
-                .spawn(confirm_loop(self.raft.clone(), peers, rx));
+                .spawn(confirm_loop(self.raft.clone(), peers, lease, rx));
             tx
         });
+        let held = *self
+            .reads
+            .lease
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some((began, term)) = held {
+            let age = began.elapsed();
+            let lease = self.election_timeout / 2;
+            if age < lease && term == self.metrics.borrow().current_term {
+                if age >= lease / 2 && !self.reads.lease.renewing.swap(true, Ordering::Relaxed) {
+                    // renew ahead of time; nobody waits for this round
+                    let (tx, _) = oneshot::channel();
+                    let _ = queue.send(tx);
+                }
+                return Ok(());
+            }
+        }
         let (tx, rx) = oneshot::channel();
         queue.send(tx).map_err(|_| FsError::Unavailable {
             message: "replication stopped".into(),

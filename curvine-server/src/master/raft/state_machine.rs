@@ -143,7 +143,7 @@ impl StateMachine {
             EntryPayload::Normal(p) => {
                 let ns = self.namespace()?;
                 let entry = p.entry.clone().unwrap_or_default();
-                ns.apply_committed(p.origin, &entry, APPLIED, &applied)
+                ns.apply_committed(p, &entry, APPLIED, &applied)
             }
             _ => {
                 let mut b = rocksdb::WriteBatch::default();
