@@ -13,12 +13,15 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use curvine_common::proto::{CallerInfo, FileType, LocatedBlock, StorageTier, UfsRange};
+use curvine_common::proto::{
+    BlockLocation, CallerInfo, FileType, LocatedBlock, StorageTier, UfsRange,
+};
 use curvine_common::{BlockId, FsError, FsResult, InodeId};
 
 use super::mounts::Mount;
 use super::namespace::{is_dir, is_file, Delete, Namespace, Reader, Txn};
 use super::records::{BlockRec, InodeRec, UfsRec};
+use super::workers::{WorkerState, Workers};
 use crate::ufs::{self, Object};
 
 /// Directories `resync` walks at most in one call.
@@ -667,5 +670,35 @@ fn add_blocks(txn: &mut Txn<'_>, ino: &mut InodeRec, len: u64) {
             ufs: true,
         });
         off += n;
+    }
+}
+
+impl Workers {
+    /// The worker to fetch under-store block `block` for a reader on `host`: one on that
+    /// host if any, else any live one; the same one for every reader of the block while
+    /// the workers stay the same, so concurrent readers join one fetch.
+    pub fn pick_fetcher(&self, block: u64, host: &str, exclude: &[u32]) -> Option<BlockLocation> {
+        let m = self.read();
+        let mut live: Vec<&WorkerState> = m
+            .values()
+            .filter(|w| self.alive(w) && !w.draining && !exclude.contains(&w.id))
+            .collect();
+        live.sort_by_key(|w| w.id);
+        let local: Vec<&WorkerState> = live
+            .iter()
+            .copied()
+            .filter(|w| !host.is_empty() && w.address.host == host)
+            .collect();
+        let pool = if local.is_empty() { &live } else { &local };
+        if pool.is_empty() {
+            return None;
+        }
+        // spread a file's blocks over the workers
+        let w = pool[(block as usize).wrapping_mul(0x9E37_79B9) % pool.len()];
+        Some(BlockLocation {
+            worker_id: w.id,
+            address: Some(w.address.clone()),
+            tier: 0,
+        })
     }
 }

@@ -8,9 +8,9 @@ use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use curvine_common::proto::{
-    BlockLocation, BlockReplica, BlockReportPage, BlockReportPageResponse, CopyCommand,
-    HeartbeatRequest, HeartbeatResponse, RegisterRequest, RegisterResponse, StorageTier,
-    TierReport, WorkerAddress, WorkerReport,
+    BlockReplica, BlockReportPage, BlockReportPageResponse, CopyCommand, HeartbeatRequest,
+    HeartbeatResponse, RegisterRequest, RegisterResponse, StorageTier, TierReport, WorkerAddress,
+    WorkerReport,
 };
 use curvine_common::types::now_ms;
 use curvine_common::{BlockId, FsError, FsResult};
@@ -62,6 +62,8 @@ pub(super) struct WorkerState {
 pub(super) struct Workers {
     map: RwLock<HashMap<u32, WorkerState>>,
     lost_timeout: Duration,
+    /// Since when this master leads: the workers re-register with a new leader.
+    pub tenure: super::tenure::Tenure,
 }
 
 /// A chosen replica target.
@@ -76,6 +78,7 @@ impl Workers {
         Workers {
             map: RwLock::new(HashMap::new()),
             lost_timeout,
+            tenure: Default::default(),
         }
     }
 
@@ -229,34 +232,6 @@ impl Workers {
             w.was_alive = alive;
         }
         lost
-    }
-
-    /// The worker to fetch under-store block `block` for a reader on `host`: one on that
-    /// host if any, else any live one; the same one for every reader of the block while
-    /// the workers stay the same, so concurrent readers join one fetch.
-    pub fn pick_fetcher(&self, block: u64, host: &str, exclude: &[u32]) -> Option<BlockLocation> {
-        let m = self.read();
-        let mut live: Vec<&WorkerState> = m
-            .values()
-            .filter(|w| self.alive(w) && !w.draining && !exclude.contains(&w.id))
-            .collect();
-        live.sort_by_key(|w| w.id);
-        let local: Vec<&WorkerState> = live
-            .iter()
-            .copied()
-            .filter(|w| !host.is_empty() && w.address.host == host)
-            .collect();
-        let pool = if local.is_empty() { &live } else { &local };
-        if pool.is_empty() {
-            return None;
-        }
-        // spread a file's blocks over the workers
-        let w = pool[(block as usize).wrapping_mul(0x9E37_79B9) % pool.len()];
-        Some(BlockLocation {
-            worker_id: w.id,
-            address: Some(w.address.clone()),
-            tier: 0,
-        })
     }
 
     /// Choose `replicas` distinct live workers for a block of `block_size` bytes:
