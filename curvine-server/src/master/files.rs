@@ -507,6 +507,7 @@ impl Namespace {
         self.note_open(ino);
         let mut blocks = self.located_blocks(ino.id)?;
         self.assign_fetchers(ino, &mut blocks, &c.client_host);
+        self.check_locations_known(&w.path, &blocks)?;
         Ok((status(ino, w.path.clone(), w.name.clone()), blocks))
     }
 
