@@ -106,8 +106,9 @@ hostname = "${ip[w$i]}"
 data_dir = ["[MEM:256MB]/dev/shm/$tag-w$i", "[SSD:1GB]$work/w$i/ssd"]
 heartbeat_interval = "500ms"
 EOF
-  # a worker notices a cut-off leader when a heartbeat call times out (docs/ha.md)
-  sed -i 's/^rpc_timeout = .*/rpc_timeout = "5s"/' "$work/w$i.toml"
+  # a long call timeout: the worker must leave a cut-off leader by its HTTP/2 pings
+  # (answered within connect_timeout), long before a heartbeat call would time out
+  sed -i 's/^rpc_timeout = .*/rpc_timeout = "300s"/' "$work/w$i.toml"
 done
 common "${ip[c]}" 1 c >"$work/c.toml"
 # a client of one master only, with a short timeout, that reads a follower's state too

@@ -10,7 +10,7 @@ use curvine_common::aligned::AlignedBuf;
 use curvine_common::checksum::chunk_crcs_into;
 use curvine_common::frame::header;
 use curvine_common::proto::{CommittedBlock, DataOp, LocatedBlock, StorageTier};
-use curvine_common::{FsError, FsResult};
+use curvine_common::{BlockId, FsError, FsResult, WorkerId};
 use tracing::debug;
 
 use crate::pool::{is_local_host, worker_addr, DataConn, WorkerPool};
@@ -81,13 +81,13 @@ impl DirectFile {
 
 struct Replica {
     conn: DataConn,
-    worker_id: u32,
+    worker_id: WorkerId,
     sink: Sink,
 }
 
 /// An open block on all of its replicas.
 pub(crate) struct BlockWriter {
-    block_id: u64,
+    block_id: BlockId,
     replicas: Vec<Replica>,
     chunk_size: usize,
     written: u64,
@@ -97,11 +97,11 @@ pub(crate) struct BlockWriter {
     /// A short last chunk was written; nothing may follow it.
     ended_partial: bool,
     /// The replica whose stream failed, once one did.
-    failed: Option<u32>,
+    failed: Option<WorkerId>,
 }
 
 /// A failed block write and the worker to blame, when one is known.
-pub(crate) type Traced<T> = Result<T, (FsError, Option<u32>)>;
+pub(crate) type Traced<T> = Result<T, (FsError, Option<WorkerId>)>;
 
 impl BlockWriter {
     /// Open the block on every location; any failure fails the whole open (streams
@@ -133,7 +133,7 @@ impl BlockWriter {
         pool: &WorkerPool,
         block: &LocatedBlock,
         opts: &BlockWriteOpts,
-        current: &mut Option<u32>,
+        current: &mut Option<WorkerId>,
     ) -> FsResult<BlockWriter> {
         if block.locations.is_empty() {
             return Err(FsError::Unavailable {
@@ -147,7 +147,7 @@ impl BlockWriter {
         let mut chunk_size = None;
         let mut scratch = BytesMut::new();
         for loc in &block.locations {
-            *current = Some(loc.worker_id);
+            *current = Some(WorkerId(loc.worker_id));
             let addr_pb = loc.address.clone().unwrap_or_default();
             let addr = worker_addr(&addr_pb);
             let sc = opts.short_circuit && is_local_host(&addr_pb.host, &opts.client_host);
@@ -203,12 +203,12 @@ impl BlockWriter {
             };
             replicas.push(Replica {
                 conn,
-                worker_id: loc.worker_id,
+                worker_id: WorkerId(loc.worker_id),
                 sink,
             });
         }
         Ok(BlockWriter {
-            block_id: block.block_id,
+            block_id: BlockId(block.block_id),
             replicas,
             chunk_size: chunk_size.unwrap_or(DEFAULT_CHUNK_SIZE),
             written: 0,
@@ -224,11 +224,11 @@ impl BlockWriter {
     }
 
     /// The worker whose stream failed, if one did.
-    pub(crate) fn failed_worker(&self) -> Option<u32> {
+    pub(crate) fn failed_worker(&self) -> Option<WorkerId> {
         self.failed
     }
 
-    pub(crate) fn block_id(&self) -> u64 {
+    pub(crate) fn block_id(&self) -> BlockId {
         self.block_id
     }
 
@@ -285,7 +285,7 @@ impl BlockWriter {
         self.frame_crcs.clear();
         chunk_crcs_into(data, self.chunk_size, &mut self.frame_crcs);
         let mut h = header(DataOp::WriteData);
-        h.block_id = self.block_id;
+        h.block_id = self.block_id.0;
         h.offset = self.written;
         h.crcs = std::mem::take(&mut self.frame_crcs);
         let mut any_sc = false;
@@ -311,7 +311,7 @@ impl BlockWriter {
                             && e.kind() == std::io::ErrorKind::InvalidInput
                         {
                             // the file system wants another alignment: buffered from now on
-                            debug!(block = self.block_id, "O_DIRECT refused; buffered writes");
+                            debug!(block = self.block_id.0, "O_DIRECT refused; buffered writes");
                             *direct = None;
                         }
                         if direct.is_none() || !aligned {
@@ -347,7 +347,7 @@ impl BlockWriter {
     /// `commit`, naming the worker that failed.
     pub(crate) async fn commit_traced(mut self, pool: &WorkerPool) -> Traced<CommittedBlock> {
         let mut h = header(DataOp::WriteCommit);
-        h.block_id = self.block_id;
+        h.block_id = self.block_id.0;
         h.len = self.written;
         let sc_crcs = std::mem::take(&mut self.all_crcs);
         for r in &mut self.replicas {
@@ -385,12 +385,16 @@ impl BlockWriter {
                     w,
                 ));
             }
-            worker_ids.push(r.worker_id);
+            worker_ids.push(r.worker_id.0);
             pool.put(r.conn);
         }
-        debug!(block = self.block_id, len = self.written, "block committed");
+        debug!(
+            block = self.block_id.0,
+            len = self.written,
+            "block committed"
+        );
         Ok(CommittedBlock {
-            block_id: self.block_id,
+            block_id: self.block_id.0,
             len: self.written,
             worker_ids,
         })
@@ -401,7 +405,7 @@ impl Drop for BlockWriter {
     fn drop(&mut self) {
         for r in &self.replicas {
             if let Sink::ShortCircuit { path, .. } = &r.sink {
-                debug!(block = self.block_id, path = %path.display(), "aborting short-circuit block");
+                debug!(block = self.block_id.0, path = %path.display(), "aborting short-circuit block");
             }
         }
         // Dropping the connections aborts the streams; the workers delete the staging

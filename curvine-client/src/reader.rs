@@ -9,7 +9,7 @@ use std::collections::HashSet;
 
 use bytes::Bytes;
 use curvine_common::proto::{FileStatus, LocatedBlock};
-use curvine_common::{BlockId, FsError, FsResult};
+use curvine_common::{BlockId, FsError, FsResult, WorkerId};
 use tracing::warn;
 
 use crate::block_reader::BlockSource;
@@ -45,7 +45,7 @@ pub struct FsReader {
     unyielded: usize,
     /// Workers that failed to fetch an uncached block for this reader: the master
     /// gives such blocks to other workers (see `refetcher`).
-    avoid: Vec<u32>,
+    avoid: Vec<WorkerId>,
     /// Blocks up to this index had their under-store read-ahead started.
     prefetched: usize,
 }
@@ -349,8 +349,9 @@ impl FsReader {
             return false;
         }
         for l in &b.locations {
-            if !self.avoid.contains(&l.worker_id) {
-                self.avoid.push(l.worker_id);
+            let w = WorkerId(l.worker_id);
+            if !self.avoid.contains(&w) {
+                self.avoid.push(w);
             }
         }
         let id = b.block_id;

@@ -81,7 +81,7 @@ mod tests {
         // a socket's broken pipe is not standard output's
         assert!(!is_closed(&io::Error::from(io::ErrorKind::BrokenPipe)));
         // other errors keep their kind and name standard output
-        let full = mark(io::Error::from_raw_os_error(28)); // ENOSPC
+        let full = mark(io::Error::from_raw_os_error(libc::ENOSPC));
         assert!(!is_closed(&full));
         assert_eq!(full.kind(), io::ErrorKind::StorageFull);
         assert!(

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use curvine_common::aligned::AlignedBuf;
 use curvine_common::proto::{CommittedBlock, FileStatus, LocatedBlock};
-use curvine_common::{FsError, FsResult};
+use curvine_common::{BlockId, FsError, FsResult, WorkerId};
 use tracing::{debug, warn};
 
-use crate::block_writer::{BlockWriter, DEFAULT_CHUNK_SIZE};
+use crate::block_writer::{BlockWriter, Traced, DEFAULT_CHUNK_SIZE};
 use crate::fs::{CurvineFs, LeaseGuard};
 
 const DEFAULT_BLOCK_SIZE: u64 = 128 << 20;
@@ -166,7 +166,7 @@ pub struct FsWriter {
     /// block again on a replacement worker).
     block_data: Vec<u8>,
     /// Workers that failed during this write; never allocated again for it.
-    excluded: Vec<u32>,
+    excluded: Vec<WorkerId>,
     replacements: u32,
     /// The replica failure being recovered from: reported if no replacement exists.
     replica_err: Option<FsError>,
@@ -418,7 +418,7 @@ impl FsWriter {
     }
 
     /// Replicas this write ever gave up on (for tests and logs).
-    pub fn excluded_workers(&self) -> &[u32] {
+    pub fn excluded_workers(&self) -> &[WorkerId] {
         &self.excluded
     }
 
@@ -457,7 +457,7 @@ impl FsWriter {
                     return Ok(());
                 }
                 Err((e @ FsError::NoSpace { .. }, _)) => self.wait_for_space(e).await?,
-                Err((e, bad)) => self.note_failure(e, bad, located.block_id)?,
+                Err((e, bad)) => self.note_failure(e, bad, BlockId(located.block_id))?,
             }
         }
     }
@@ -486,7 +486,7 @@ impl FsWriter {
                 self.status.id,
                 &self.path,
                 previous.clone(),
-                self.excluded.clone(),
+                self.excluded.iter().map(|w| w.0).collect(),
             )
             .await;
         if r.is_err() {
@@ -496,7 +496,7 @@ impl FsWriter {
     }
 
     /// Record a replica failure: Ok = try a fresh allocation, Err = give up.
-    fn note_failure(&mut self, e: FsError, bad: Option<u32>, block: u64) -> FsResult<()> {
+    fn note_failure(&mut self, e: FsError, bad: Option<WorkerId>, block: BlockId) -> FsResult<()> {
         self.block = None;
         // A full worker: the master placed the block on the roomiest one already.
         if self.replacements >= MAX_REPLACEMENTS || matches!(e, FsError::NoSpace { .. }) {
@@ -509,7 +509,8 @@ impl FsWriter {
                 self.excluded.push(w);
             }
         }
-        warn!(path = %self.path, block, worker = ?bad, error = %e,
+        let worker = bad.map(|w| w.0);
+        warn!(path = %self.path, block = block.0, worker = ?worker, error = %e,
             "replica failed; writing the block again on other workers");
         Ok(())
     }
@@ -524,7 +525,7 @@ impl FsWriter {
             match res {
                 Ok(()) => return Ok(()),
                 Err((e, bad)) => {
-                    let id = self.block.as_ref().map_or(0, |b| b.block_id());
+                    let id = self.block.as_ref().map_or(BlockId(0), |b| b.block_id());
                     self.note_failure(e, bad, id)?;
                 }
             }
@@ -533,7 +534,7 @@ impl FsWriter {
 
     /// Send `data` to the open block in frames of whole chunks (the last piece may be
     /// short only when it ends the data).
-    async fn resend(&mut self, data: &[u8]) -> Result<(), (FsError, Option<u32>)> {
+    async fn resend(&mut self, data: &[u8]) -> Traced<()> {
         let cap = self.frame_cap();
         let Some(b) = self.block.as_mut() else {
             return Err((FsError::internal("no open block"), None));
@@ -577,7 +578,7 @@ impl FsWriter {
                 Ok(())
             }
             Err((e, bad)) => {
-                let id = self.block.as_ref().map_or(0, |b| b.block_id());
+                let id = self.block.as_ref().map_or(BlockId(0), |b| b.block_id());
                 let local = self.block.as_ref().and_then(|b| b.local_copy());
                 self.note_failure(e, bad, id)?;
                 self.recover_local(local)?;

@@ -234,7 +234,7 @@ impl FsError {
 
     /// I/O error with context (what was being done, on which file).
     pub fn io_ctx(what: impl std::fmt::Display, e: std::io::Error) -> Self {
-        if e.raw_os_error() == Some(libc_enospc()) || e.kind() == std::io::ErrorKind::StorageFull {
+        if e.raw_os_error() == Some(libc::ENOSPC) || e.kind() == std::io::ErrorKind::StorageFull {
             return FsError::no_space(format!("{what}: {e}"));
         }
         FsError::io(format!("{what}: {e}"))
@@ -243,23 +243,23 @@ impl FsError {
     /// POSIX errno for this error (FUSE replies).
     pub fn errno(&self) -> i32 {
         match self.code() {
-            ErrorCode::NotFound | ErrorCode::BlockNotFound => 2, // ENOENT
-            ErrorCode::AlreadyExists => 17,                      // EEXIST
-            ErrorCode::NotADirectory => 20,                      // ENOTDIR
-            ErrorCode::IsADirectory => 21,                       // EISDIR
-            ErrorCode::DirectoryNotEmpty => 39,                  // ENOTEMPTY
-            ErrorCode::PermissionDenied => 13,                   // EACCES
-            ErrorCode::NoSpace => 28,                            // ENOSPC
-            ErrorCode::InvalidArgument | ErrorCode::InvalidPath => 22, // EINVAL
-            ErrorCode::NameTooLong => 36,                        // ENAMETOOLONG
-            ErrorCode::NoSuchXattr => 61,                        // ENODATA
-            ErrorCode::NotASymlink => 22,                        // EINVAL
-            ErrorCode::Timeout => 110,                           // ETIMEDOUT
-            ErrorCode::Busy | ErrorCode::FileIncomplete => 16,   // EBUSY
-            ErrorCode::CrossDevice => 18,                        // EXDEV
-            ErrorCode::ReadOnly => 30,                           // EROFS
-            ErrorCode::Unauthenticated | ErrorCode::NotPermitted => 1, // EPERM
-            _ => 5,                                              // EIO
+            ErrorCode::NotFound | ErrorCode::BlockNotFound => libc::ENOENT,
+            ErrorCode::AlreadyExists => libc::EEXIST,
+            ErrorCode::NotADirectory => libc::ENOTDIR,
+            ErrorCode::IsADirectory => libc::EISDIR,
+            ErrorCode::DirectoryNotEmpty => libc::ENOTEMPTY,
+            ErrorCode::PermissionDenied => libc::EACCES,
+            ErrorCode::NoSpace => libc::ENOSPC,
+            ErrorCode::InvalidArgument | ErrorCode::InvalidPath => libc::EINVAL,
+            ErrorCode::NameTooLong => libc::ENAMETOOLONG,
+            ErrorCode::NoSuchXattr => libc::ENODATA,
+            ErrorCode::NotASymlink => libc::EINVAL,
+            ErrorCode::Timeout => libc::ETIMEDOUT,
+            ErrorCode::Busy | ErrorCode::FileIncomplete => libc::EBUSY,
+            ErrorCode::CrossDevice => libc::EXDEV,
+            ErrorCode::ReadOnly => libc::EROFS,
+            ErrorCode::Unauthenticated | ErrorCode::NotPermitted => libc::EPERM,
+            _ => libc::EIO,
         }
     }
 
@@ -375,10 +375,6 @@ impl FsError {
     }
 }
 
-fn libc_enospc() -> i32 {
-    28
-}
-
 impl From<FsError> for tonic::Status {
     fn from(e: FsError) -> Self {
         let grpc = match e.code() {
@@ -462,7 +458,7 @@ mod tests {
         }
         let back: FsError = tonic::Status::from(FsError::not_found("/a")).into();
         assert!(matches!(back, FsError::NotFound { ref path } if path == "/a"));
-        assert_eq!(back.errno(), 2);
+        assert_eq!(back.errno(), libc::ENOENT);
     }
 
     #[test]

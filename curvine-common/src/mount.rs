@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
 
-use crate::conf::parse_duration;
+use crate::conf::{parse_duration, ParseError};
 use crate::error::{FsError, FsResult};
 use crate::proto::{MountInfo, MountMode, TtlAction};
 
@@ -39,7 +39,7 @@ pub struct MountConf {
 impl MountConf {
     pub fn to_info(&self) -> FsResult<MountInfo> {
         let what = || format!("[[mount]] {}", self.path);
-        let bad = |e: String| FsError::config(format!("{}: {e}", what()));
+        let bad = |e: ParseError| FsError::config(format!("{}: {e}", what()));
         Ok(MountInfo {
             path: self.path.clone(),
             ufs_uri: self.ufs.clone(),
@@ -54,13 +54,15 @@ impl MountConf {
     }
 }
 
-pub fn parse_mode(s: &str) -> Result<MountMode, String> {
+pub fn parse_mode(s: &str) -> Result<MountMode, ParseError> {
     match s {
         "" | "through" => Ok(MountMode::Through),
         "async" => Ok(MountMode::Async),
         "cache" => Ok(MountMode::Cache),
-        o => Err(format!(
-            "unknown mode {o:?}: expected through, async or cache"
+        o => Err(ParseError::new(
+            "mode",
+            o,
+            "expected through, async or cache",
         )),
     }
 }
@@ -73,19 +75,19 @@ pub fn mode_name(m: i32) -> &'static str {
     }
 }
 
-pub fn parse_ttl(s: &str) -> Result<u64, String> {
+pub fn parse_ttl(s: &str) -> Result<u64, ParseError> {
     if s.is_empty() {
         return Ok(0);
     }
     Ok(parse_long_duration(s)?.as_millis() as u64)
 }
 
-pub fn parse_ttl_action(s: &str, ttl: &str) -> Result<TtlAction, String> {
+pub fn parse_ttl_action(s: &str, ttl: &str) -> Result<TtlAction, ParseError> {
     match s {
         "" if ttl.is_empty() => Ok(TtlAction::Unspecified),
         "" | "free" => Ok(TtlAction::Free),
         "delete" => Ok(TtlAction::Delete),
-        o => Err(format!("unknown ttl action {o:?}: expected free or delete")),
+        o => Err(ParseError::new("ttl action", o, "expected free or delete")),
     }
 }
 
@@ -99,7 +101,7 @@ pub fn ttl_action_name(a: i32) -> &'static str {
 
 /// `never` -> -1, `always` -> 0, a duration -> its milliseconds (at least 1), empty ->
 /// the default.
-pub fn parse_sync_interval(s: &str) -> Result<i64, String> {
+pub fn parse_sync_interval(s: &str) -> Result<i64, ParseError> {
     match s {
         "" => Ok(DEFAULT_SYNC_INTERVAL_MS),
         "never" => Ok(-1),
@@ -118,15 +120,16 @@ pub fn sync_interval_name(ms: i64) -> String {
 }
 
 /// `parse_duration` plus days (`7d`).
-fn parse_long_duration(s: &str) -> Result<std::time::Duration, String> {
+fn parse_long_duration(s: &str) -> Result<std::time::Duration, ParseError> {
     match s.trim().strip_suffix('d') {
         Some(days) => {
+            let bad = |problem: &str| ParseError::new("duration", s, problem);
             let d: f64 = days
                 .trim()
                 .parse()
-                .map_err(|_| format!("bad duration {s:?}: expected e.g. 30s, 5m, 7d"))?;
+                .map_err(|_| bad("expected e.g. 30s, 5m, 7d"))?;
             if !d.is_finite() || d < 0.0 {
-                return Err(format!("bad duration {s:?}: out of range"));
+                return Err(bad("out of range"));
             }
             Ok(std::time::Duration::from_secs_f64(d * 86_400.0))
         }

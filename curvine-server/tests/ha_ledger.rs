@@ -314,17 +314,45 @@ async fn leader(c: &HaCluster) -> usize {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fault {
     KillLeader,
     KillFollower,
     RestartLeader,
+    /// A master stopped, its data directory emptied, and started again: a new master
+    /// that joins by snapshot (the leader's log no longer reaches back to its start).
+    WipeFollower,
+    WipeLeader,
+    /// A fourth master added (learner, then voter) and the leader removed from the
+    /// group, then stopped.
+    ReplaceLeader,
 }
 
+/// A snapshot every this many entries in the tests that wipe a master: the load
+/// before the fault compacts the log, so the empty master needs a snapshot.
+const SNAPSHOT_ENTRIES: u64 = 100;
+
 async fn run(fault: Fault) {
-    let mut c = HaCluster::start(3).await.unwrap();
+    let wipes = matches!(fault, Fault::WipeFollower | Fault::WipeLeader);
+    let mut c = HaCluster::start_with(3, |c| {
+        if wipes {
+            c.master.snapshot_entries = SNAPSHOT_ENTRIES;
+        }
+    })
+    .await
+    .unwrap();
     let first = leader(&c).await;
-    let conf = c.client_conf();
+    let mut conf = c.client_conf();
+    // the master that joins runs from the start, waiting to be added: the clients
+    // know its address, so they follow a hint to it should it come to lead
+    let added = match fault {
+        Fault::ReplaceLeader => {
+            let i = c.add_master().await.unwrap();
+            conf.client.master_addrs.push(c.addr(i).to_string());
+            Some(i)
+        }
+        _ => None,
+    };
     let setup = CurvineFs::connect(conf.clone()).await.unwrap();
     let acked = Arc::new(AtomicU64::new(0));
     let stop = CancellationToken::new();
@@ -353,13 +381,29 @@ async fn run(fault: Fault) {
     };
     reach(OPS_BEFORE).await;
     let stopped = match fault {
-        Fault::KillLeader | Fault::RestartLeader => first,
-        Fault::KillFollower => (first + 1) % 3,
+        Fault::KillLeader | Fault::RestartLeader | Fault::WipeLeader | Fault::ReplaceLeader => {
+            first
+        }
+        Fault::KillFollower | Fault::WipeFollower => (first + 1) % 3,
     };
+    if let Some(new) = added {
+        // under the load: the new master joins, then the leader leaves the group
+        setup
+            .add_master(new as u64 + 1, &c.addr(new).to_string())
+            .await
+            .unwrap();
+        setup.remove_master(first as u64 + 1).await.unwrap();
+    }
     c.stop(stopped).await.unwrap();
+    if wipes {
+        c.wipe(stopped).unwrap();
+    }
     let at = acked.load(Ordering::Relaxed);
     reach(at + OPS_AFTER).await;
-    if let Fault::RestartLeader = fault {
+    if matches!(
+        fault,
+        Fault::RestartLeader | Fault::WipeFollower | Fault::WipeLeader
+    ) {
         c.start_again(stopped).await.unwrap();
         let at = acked.load(Ordering::Relaxed);
         reach(at + OPS_AFTER).await;
@@ -370,30 +414,44 @@ async fn run(fault: Fault) {
         ledgers.push((dir, t.await.unwrap()));
     }
     let now = leader(&c).await;
-    if let Fault::KillLeader = fault {
+    if matches!(
+        fault,
+        Fault::KillLeader | Fault::WipeLeader | Fault::ReplaceLeader
+    ) {
         assert_ne!(now, first);
     }
     let fs = CurvineFs::connect(c.conf_of(now)).await.unwrap();
     check(&fs, &ledgers).await;
-    // the restarted master caught up with the same namespace
-    if let Fault::RestartLeader = fault {
-        let back = CurvineFs::connect(c.conf_of(stopped)).await.unwrap();
+    // the master started again (or added) caught up with the same namespace
+    let back = match fault {
+        Fault::RestartLeader | Fault::WipeFollower | Fault::WipeLeader => Some(stopped),
+        _ => added.filter(|&a| a != now),
+    };
+    if let Some(back) = back {
+        let back_fs = CurvineFs::connect(c.conf_of(back)).await.unwrap();
         let want: Vec<_> = ledgers.iter().map(|(d, _)| d.clone()).collect();
-        let (fs, back) = (&fs, &back);
+        let (fs, b) = (&fs, &back_fs);
         let want = &want;
         wait_until(WAIT, || async move {
             for d in want {
-                let a = fs.list(d).await.map(|v| v.len());
-                let b = back.list(d).await.map(|v| v.len());
-                if a.is_err() || a.ok() != b.ok() {
+                let x = fs.list(d).await.map(|v| v.len());
+                let y = b.list(d).await.map(|v| v.len());
+                if x.is_err() || x.ok() != y.ok() {
                     return false;
                 }
             }
             true
         })
         .await
-        .expect("the restarted master did not catch up");
-        check(back, &ledgers).await;
+        .unwrap_or_else(|_| panic!("master {back} did not catch up"));
+        check(b, &ledgers).await;
+        if wipes {
+            // it joined through a snapshot: the start of the log never reached it
+            c.stop(back).await.unwrap();
+            let st = c.stored_raft(back).unwrap();
+            assert!(st.installed.is_some(), "no snapshot installed: {st:?}");
+            assert!(st.first_log.is_none_or(|f| f > 1), "{st:?}");
+        }
     }
     c.shutdown().await.unwrap();
 }
@@ -411,4 +469,19 @@ async fn acknowledged_operations_survive_a_follower_kill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn acknowledged_operations_survive_a_leader_restart() {
     run(Fault::RestartLeader).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acknowledged_operations_survive_a_follower_replaced_empty() {
+    run(Fault::WipeFollower).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acknowledged_operations_survive_a_leader_replaced_empty() {
+    run(Fault::WipeLeader).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acknowledged_operations_survive_a_membership_change() {
+    run(Fault::ReplaceLeader).await;
 }

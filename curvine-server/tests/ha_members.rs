@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use curvine_client::CurvineFs;
+use curvine_common::conf::Dur;
 use curvine_common::proto::MasterInfo;
 use curvine_common::FsError;
 use curvine_server::testing::ha::HaCluster;
@@ -234,5 +235,33 @@ async fn a_worker_follows_the_leader_and_its_blocks_stay_readable() {
     c.start_again(first).await.unwrap();
     has_all(&c, first, &["/after".to_string()]).await;
     assert_eq!(live_workers(&c, first).await, 0);
+    c.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_read_right_after_a_failover_waits_for_the_workers() {
+    let mut c = HaCluster::start(3).await.unwrap();
+    let first = leader(&c).await;
+    // a worker slow to notice the failover: the new leader serves before it has
+    // heard from the worker where the file's block is
+    c.start_workers_with(1, |w| {
+        w.worker.heartbeat_interval = Dur(Duration::from_secs(10));
+    })
+    .await
+    .unwrap();
+    let ok = wait_until(WAIT, || async { live_workers(&c, first).await == 1 }).await;
+    assert!(ok.is_ok(), "the worker did not register with the leader");
+    let mut conf = c.client_conf();
+    conf.client.rpc_timeout = Dur(Duration::from_secs(30));
+    let fs = CurvineFs::connect(conf).await.unwrap();
+    let data: Vec<u8> = (0..1 << 20).map(|i: u32| (i * 5 + 1) as u8).collect();
+    fs.write_file("/early", &data).await.unwrap();
+
+    c.stop(first).await.unwrap();
+    let second = leader(&c).await;
+    assert_ne!(second, first);
+    // at once: the open is answered `Busy` until the worker has re-registered
+    assert_eq!(fs.read_file("/early").await.unwrap(), data);
+    assert_eq!(live_workers(&c, second).await, 1);
     c.shutdown().await.unwrap();
 }

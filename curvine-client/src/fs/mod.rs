@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use curvine_common::path::{normalize_within, MAX_MOUNT_PATH_LEN, MAX_PATH_LEN};
 use curvine_common::proto::{self, CallerInfo, FileStatus, StorageTier};
-use curvine_common::{ClusterConf, FsError, FsResult};
+use curvine_common::{ClusterConf, FsError, FsResult, WorkerId};
 use tokio::sync::watch;
 
 use crate::block_reader::BlockReadOpts;
@@ -349,12 +349,12 @@ impl CurvineFs {
     pub(crate) async fn blocks_avoiding(
         &self,
         path: &str,
-        exclude: &[u32],
+        exclude: &[WorkerId],
     ) -> FsResult<Vec<proto::LocatedBlock>> {
         let req = proto::OpenRequest {
             path: self.norm(path)?,
             caller: self.caller(),
-            exclude_fetchers: exclude.to_vec(),
+            exclude_fetchers: exclude.iter().map(|w| w.0).collect(),
         };
         Ok(rpc!(self, "open", Idempotent, req).await?.blocks)
     }

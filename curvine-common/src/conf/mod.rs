@@ -13,7 +13,7 @@ use serde::Deserialize;
 use crate::error::{FsError, FsResult};
 use crate::proto::StorageTier;
 
-pub use units::{parse_duration, parse_size, ByteSize, Dur, Tier};
+pub use units::{parse_duration, parse_size, ByteSize, Dur, ParseError, Tier};
 
 /// Environment variable that overrides the configuration file path.
 pub const CONF_ENV: &str = "CURVINE_CONF_FILE";
@@ -410,7 +410,7 @@ impl TierDir {
             ))
         })?;
         let capacity = match cap_s {
-            Some(c) => Some(parse_size(c).map_err(|e| bad(&e))?),
+            Some(c) => Some(parse_size(c).map_err(|e| bad(&e.to_string()))?),
             None => None,
         };
         if path.trim().is_empty() || !path.starts_with('/') {

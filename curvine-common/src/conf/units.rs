@@ -9,6 +9,27 @@ use serde::{Deserialize, Deserializer};
 
 use crate::proto::StorageTier;
 
+/// A value a person wrote (in a config file, a mount's settings, on a command line)
+/// that does not parse: what it should have been, the text, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad {what} {input:?}: {problem}")]
+pub struct ParseError {
+    /// What the text should have been: `size`, `duration`, `mode`, ...
+    pub what: &'static str,
+    pub input: String,
+    pub problem: String,
+}
+
+impl ParseError {
+    pub fn new(what: &'static str, input: &str, problem: impl Into<String>) -> ParseError {
+        ParseError {
+            what,
+            input: input.to_string(),
+            problem: problem.into(),
+        }
+    }
+}
+
 /// A byte size written as `"128MB"`, `"4GB"`, `"64KiB"` or a plain integer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct ByteSize(pub u64);
@@ -24,16 +45,15 @@ impl ByteSize {
 
 /// Parse a size: digits with an optional unit B, K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB.
 /// Units are binary (1KB = 1024 bytes), as in the seed benchmarks.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, ParseError> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
+    let bad = |problem: String| ParseError::new("size", s, problem);
     if num.is_empty() {
-        return Err(format!(
-            "bad size {s:?}: expected a number with an optional unit"
-        ));
+        return Err(bad("expected a number with an optional unit".into()));
     }
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
@@ -41,20 +61,20 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        other => return Err(format!("bad size {s:?}: unknown unit {other:?}")),
+        other => return Err(bad(format!("unknown unit {other:?}"))),
     };
     let v: f64 = num
         .parse()
-        .map_err(|_| format!("bad size {s:?}: {num:?} is not a number"))?;
+        .map_err(|_| bad(format!("{num:?} is not a number")))?;
     let bytes = v * mult as f64;
     if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
-        return Err(format!("bad size {s:?}: out of range"));
+        return Err(bad("out of range".into()));
     }
     Ok(bytes as u64)
 }
 
 impl FromStr for ByteSize {
-    type Err = String;
+    type Err = ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         parse_size(s).map(ByteSize)
     }
@@ -99,25 +119,26 @@ impl Dur {
     }
 }
 
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, ParseError> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
+    let bad = |problem: String| ParseError::new("duration", s, problem);
     let v: f64 = num
         .parse()
-        .map_err(|_| format!("bad duration {s:?}: expected e.g. 30s, 500ms, 5m"))?;
+        .map_err(|_| bad("expected e.g. 30s, 500ms, 5m".into()))?;
     let secs = match unit.trim() {
         "" | "s" | "sec" => v,
         "ms" => v / 1e3,
         "us" => v / 1e6,
         "m" | "min" => v * 60.0,
         "h" => v * 3600.0,
-        other => return Err(format!("bad duration {s:?}: unknown unit {other:?}")),
+        other => return Err(bad(format!("unknown unit {other:?}"))),
     };
     if !secs.is_finite() || secs < 0.0 {
-        return Err(format!("bad duration {s:?}: out of range"));
+        return Err(bad("out of range".into()));
     }
     Ok(Duration::from_secs_f64(secs))
 }

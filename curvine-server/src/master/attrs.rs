@@ -1,7 +1,7 @@
 //! Attributes: set_attr (chmod/chown/utimens/replicas), extended attributes, report.
 
 use curvine_common::proto::{CallerInfo, FileStatus, ReportResponse, SetAttrRequest};
-use curvine_common::{FsError, FsResult};
+use curvine_common::{FsError, FsResult, WorkerId};
 
 use super::namespace::{
     check, in_group, is_root, mode_after_chown, status, Namespace, S_ISGID, S_ISUID,
@@ -195,7 +195,7 @@ impl Namespace {
         let mut workers = self.workers.reports();
         for w in &mut workers {
             if let Some(a) = &w.address {
-                w.copies_in_flight = self.repl.inflight_to(a.worker_id);
+                w.copies_in_flight = self.repl.inflight_to(WorkerId(a.worker_id));
             }
         }
         let rs = self.repl.stats();

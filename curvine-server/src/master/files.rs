@@ -5,7 +5,7 @@ use curvine_common::proto::{
     AddBlockRequest, AppendRequest, BlockLocation, CallerInfo, CommittedBlock, CompleteRequest,
     CreateRequest, FileStatus, FileType, LocatedBlock, StorageTier, SyncRequest,
 };
-use curvine_common::{BlockId, FsError, FsResult, InodeId};
+use curvine_common::{BlockId, FsError, FsResult, InodeId, WorkerId};
 use tracing::{debug, info};
 
 use super::namespace::{
@@ -271,8 +271,9 @@ impl Namespace {
         self.mutate_call(&c, |txn| {
             let mut ino = self.writing(txn, req.file_id, &req.path, c.client_id)?;
             let offset = self.commit_blocks(txn, &mut ino, &req.previous)?;
-            let block =
-                self.allocate_block(txn, &mut ino, &req.path, &c, &req.excluded_workers, offset)?;
+            let excluded: Vec<WorkerId> =
+                req.excluded_workers.iter().map(|&w| WorkerId(w)).collect();
+            let block = self.allocate_block(txn, &mut ino, &req.path, &c, &excluded, offset)?;
             txn.put_inode(ino);
             Ok(block)
         })
@@ -286,7 +287,7 @@ impl Namespace {
         ino: &mut InodeRec,
         path: &str,
         c: &CallerInfo,
-        excluded: &[u32],
+        excluded: &[WorkerId],
         offset: u64,
     ) -> FsResult<LocatedBlock> {
         let index = ino.next_block_index;
@@ -312,7 +313,7 @@ impl Namespace {
             locs: targets
                 .iter()
                 .map(|t| Loc {
-                    worker_id: t.worker_id,
+                    worker_id: t.worker_id.0,
                     tier: t.tier as i32,
                 })
                 .collect(),
@@ -320,9 +321,9 @@ impl Namespace {
             ufs: false,
         };
         for t in &targets {
-            txn.put_worker_block(t.worker_id, id);
+            txn.put_worker_block(t.worker_id.0, id);
             self.workers
-                .track_reservation(t.worker_id, id, t.tier as i32, ino.block_size);
+                .track_reservation(t.worker_id, BlockId(id), t.tier, ino.block_size);
         }
         txn.put_block(rec);
         Ok(LocatedBlock {
@@ -332,7 +333,7 @@ impl Namespace {
             locations: targets
                 .into_iter()
                 .map(|t| BlockLocation {
-                    worker_id: t.worker_id,
+                    worker_id: t.worker_id.0,
                     address: Some(t.address),
                     tier: t.tier as i32,
                 })
@@ -469,7 +470,7 @@ impl Namespace {
                 .locs
                 .iter()
                 .filter_map(|l| {
-                    live.get(&l.worker_id).map(|a| BlockLocation {
+                    live.get(&WorkerId(l.worker_id)).map(|a| BlockLocation {
                         worker_id: l.worker_id,
                         address: Some(a.clone()),
                         tier: l.tier,
@@ -506,6 +507,7 @@ impl Namespace {
         self.note_open(ino);
         let mut blocks = self.located_blocks(ino.id)?;
         self.assign_fetchers(ino, &mut blocks, &c.client_host);
+        self.check_locations_known(&w.path, &blocks)?;
         Ok((status(ino, w.path.clone(), w.name.clone()), blocks))
     }
 

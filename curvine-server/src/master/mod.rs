@@ -9,7 +9,8 @@
 //! service); under-stores: `mounts`, `ufs_meta` (metadata), `persist` (uploads),
 //! `ufs_write` (renames, deletes, read-only mounts), `ttl`; `purge` (recursive deletes
 //! of large subtrees in bounded entries); `raft` and `replicated` (replicated masters:
-//! openraft's log, state machine and RPCs, and the leader's mutations).
+//! openraft's log, state machine and RPCs, and the leader's mutations; `tenure`, a new
+//! leader's reads of blocks while its workers register).
 
 mod apply;
 mod attrs;
@@ -35,6 +36,7 @@ mod retry_cache;
 mod service;
 mod store;
 mod syncer;
+mod tenure;
 mod tree;
 mod ttl;
 mod txn;
@@ -157,6 +159,8 @@ pub async fn run_with_web(
             move || {
                 let n = n.clone();
                 async move {
+                    // a new leader's tenure starts within a tick of its election
+                    n.led_for();
                     // workers report to the leader alone: a follower hears none
                     if n.leads() && n.workers.detect_lost() > 0 {
                         n.repl.wake();

@@ -24,7 +24,7 @@ use bytes::BytesMut;
 use curvine_common::block_read::BlockReadStream;
 use curvine_common::proto::MountMode;
 use curvine_common::tasks::Task;
-use curvine_common::{BlockId, FsError, FsResult};
+use curvine_common::{BlockId, FsError, FsResult, WorkerId};
 use tokio::io::BufReader;
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, Semaphore};
@@ -425,7 +425,7 @@ impl Namespace {
             Ok(droppable)
         })?;
         for (w, b) in droppable {
-            self.workers.queue_droppable(w, b);
+            self.workers.queue_droppable(WorkerId(w), BlockId(b));
         }
         Ok(seq)
     }

@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use curvine_common::proto::{CopyCommand, CopyResult, StorageTier};
-use curvine_common::FsResult;
+use curvine_common::{BlockId, FsResult, WorkerId};
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
@@ -27,13 +27,13 @@ use super::namespace::{is_file, Delete, Namespace, Reader};
 use super::records::BlockRec;
 
 struct Inflight {
-    target: u32,
+    target: WorkerId,
     started: Instant,
 }
 
 #[derive(Default)]
 struct State {
-    inflight: HashMap<u64, Inflight>,
+    inflight: HashMap<BlockId, Inflight>,
     under: u64,
     missing: u64,
     done: u64,
@@ -109,7 +109,7 @@ impl Replication {
     }
 
     /// Copies in flight towards `worker`.
-    pub fn inflight_to(&self, worker: u32) -> u64 {
+    pub fn inflight_to(&self, worker: WorkerId) -> u64 {
         self.lock()
             .inflight
             .values()
@@ -118,26 +118,28 @@ impl Replication {
     }
 
     /// Results a worker reported in its heartbeat.
-    pub fn finished(&self, worker: u32, results: &[CopyResult]) {
+    pub fn finished(&self, worker: WorkerId, results: &[CopyResult]) {
         if results.is_empty() {
             return;
         }
         let mut s = self.lock();
         let mut failed = false;
         for r in results {
-            if s.inflight
-                .get(&r.block_id)
-                .is_some_and(|i| i.target == worker)
-            {
-                s.inflight.remove(&r.block_id);
+            let block = BlockId(r.block_id);
+            if s.inflight.get(&block).is_some_and(|i| i.target == worker) {
+                s.inflight.remove(&block);
             }
             if r.ok {
                 s.done += 1;
-                debug!(block = r.block_id, worker, "re-replication copy done");
+                debug!(
+                    block = block.0,
+                    worker = worker.0,
+                    "re-replication copy done"
+                );
             } else {
                 s.failed += 1;
                 failed = true;
-                warn!(block = r.block_id, worker, error = %r.error, "re-replication copy failed");
+                warn!(block = block.0, worker = worker.0, error = %r.error, "re-replication copy failed");
             }
         }
         drop(s);
@@ -175,14 +177,14 @@ impl Namespace {
         let live = self.workers.live_addresses();
         // Replicas on draining workers count as sources, not as replicas the file keeps.
         let draining = self.workers.draining();
-        let mut drain_left: HashMap<u32, u64> = HashMap::new();
-        let mut drop: Vec<(u32, u64)> = Vec::new();
+        let mut drain_left: HashMap<WorkerId, u64> = HashMap::new();
+        let mut drop: Vec<(WorkerId, BlockId)> = Vec::new();
         // Block keys are big-endian ids that begin with the inode: a file's blocks come
         // one after another, so its replica count is read once and the memo stays one
         // entry however many files there are.
         let mut replicas_of: Option<(u64, Option<(u32, i32)>)> = None;
         let (mut under, mut missing, mut scheduled) = (0u64, 0u64, 0usize);
-        let mut commands: Vec<(u32, CopyCommand)> = Vec::new();
+        let mut commands: Vec<(WorkerId, CopyCommand)> = Vec::new();
         self.store.for_each_block(|b: BlockRec| {
             if !b.committed {
                 return Ok(());
@@ -202,16 +204,17 @@ impl Namespace {
             let Some((want, tier)) = want else {
                 return Ok(());
             };
-            let live_locs: Vec<u32> = b
+            let id = BlockId(b.id);
+            let live_locs: Vec<WorkerId> = b
                 .locs
                 .iter()
-                .map(|l| l.worker_id)
+                .map(|l| WorkerId(l.worker_id))
                 .filter(|w| live.contains_key(w))
                 .collect();
-            let on_draining: Vec<u32> = b
+            let on_draining: Vec<WorkerId> = b
                 .locs
                 .iter()
-                .map(|l| l.worker_id)
+                .map(|l| WorkerId(l.worker_id))
                 .filter(|w| draining.contains(w))
                 .collect();
             for w in &on_draining {
@@ -219,7 +222,7 @@ impl Namespace {
             }
             let kept = live_locs.iter().filter(|w| !draining.contains(w)).count();
             if kept >= want as usize {
-                drop.extend(on_draining.iter().map(|w| (*w, b.id)));
+                drop.extend(on_draining.iter().map(|w| (*w, id)));
                 return Ok(());
             }
             if live_locs.is_empty() {
@@ -231,11 +234,12 @@ impl Namespace {
             }
             under += 1;
             let mut s = self.repl.lock();
-            if s.inflight.contains_key(&b.id) || s.inflight.len() >= max_total {
+            if s.inflight.contains_key(&id) || s.inflight.len() >= max_total {
                 return Ok(());
             }
-            let mut excluded: Vec<u32> = b.locs.iter().map(|l| l.worker_id).collect();
-            let mut per: HashMap<u32, u64> = HashMap::new();
+            let mut excluded: Vec<WorkerId> =
+                b.locs.iter().map(|l| WorkerId(l.worker_id)).collect();
+            let mut per: HashMap<WorkerId, u64> = HashMap::new();
             for i in s.inflight.values() {
                 *per.entry(i.target).or_default() += 1;
             }
@@ -257,7 +261,7 @@ impl Namespace {
                 return Ok(());
             };
             s.inflight.insert(
-                b.id,
+                id,
                 Inflight {
                     target: t.worker_id,
                     started: Instant::now(),
@@ -303,19 +307,24 @@ impl Namespace {
 
     /// A reader or scrubber found `worker`'s replica of `block` bad. The location is
     /// dropped (and the worker told to delete it) when another live replica remains.
-    pub fn report_bad_block(&self, block: u64, worker: u32, reason: &str) -> FsResult<(bool, u64)> {
+    pub fn report_bad_block(
+        &self,
+        block: BlockId,
+        worker: WorkerId,
+        reason: &str,
+    ) -> FsResult<(bool, u64)> {
         let live = self.workers.live_addresses();
         let (removed, seq) = self.mutate(0, |txn| {
-            let Some(b) = txn.block(block)? else {
+            let Some(b) = txn.block(block.0)? else {
                 return Ok(false);
             };
-            if !b.locs.iter().any(|l| l.worker_id == worker) {
+            if !b.locs.iter().any(|l| l.worker_id == worker.0) {
                 return Ok(false);
             }
             let others = b
                 .locs
                 .iter()
-                .filter(|l| l.worker_id != worker && live.contains_key(&l.worker_id))
+                .filter(|l| l.worker_id != worker.0 && live.contains_key(&WorkerId(l.worker_id)))
                 .count();
             // the under-store holds a persisted file's blocks: its last replica can go
             let in_store = b.ufs
@@ -323,21 +332,21 @@ impl Namespace {
                     .inode(b.inode)?
                     .is_some_and(|i| i.ufs.as_ref().is_some_and(|u| u.persisted));
             if others == 0 && !in_store {
-                warn!(block, worker, %reason, "bad replica reported but it is the last live one; keeping it");
+                warn!(block = block.0, worker = worker.0, %reason, "bad replica reported but it is the last live one; keeping it");
                 return Ok(false);
             }
-            let tier = b.locs.iter().find(|l| l.worker_id == worker).map_or(0, |l| l.tier);
+            let tier = b.locs.iter().find(|l| l.worker_id == worker.0).map_or(0, |l| l.tier);
             self.forget_replica(txn, worker, block)?;
             txn.delete_replica(Delete {
-                worker,
-                block,
+                worker: worker.0,
+                block: block.0,
                 tier,
                 len: b.len,
             });
             Ok(true)
         })?;
         if removed {
-            info!(block, worker, %reason, "bad replica removed");
+            info!(block = block.0, worker = worker.0, %reason, "bad replica removed");
             self.repl.note_bad(1);
         }
         Ok((removed, seq))

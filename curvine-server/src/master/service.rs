@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use curvine_common::proto::master_service_server::MasterService;
 use curvine_common::proto::*;
-use curvine_common::{FsError, FsResult};
+use curvine_common::{BlockId, FsError, FsResult, WorkerId};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::error;
@@ -466,7 +466,7 @@ impl MasterService for MasterSvc {
         let r = req.into_inner();
         let removed = self
             .mutation("report_bad_block", false, move |ns| {
-                ns.report_bad_block(r.block_id, r.worker_id, &r.reason)
+                ns.report_bad_block(BlockId(r.block_id), WorkerId(r.worker_id), &r.reason)
             })
             .await?;
         Ok(Response::new(ReportBadBlockResponse { removed }))
@@ -513,7 +513,10 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.GetMount", &req);
         let peer = req.remote_addr().map(|a| a.ip());
         let r = req.into_inner();
-        let worker = self.ns.is_worker(r.worker_id, &r.session, peer).await;
+        let worker = self
+            .ns
+            .is_worker(WorkerId(r.worker_id), &r.session, peer)
+            .await;
         let m = self.ns.get_mount(r.mount_id, worker)?;
         Ok(Response::new(GetMountResponse {
             mount: Some(m),
@@ -607,7 +610,9 @@ impl MasterService for MasterSvc {
                 ns.decommission(&r, &caller(&r.caller))
             })
             .await?;
-        Ok(Response::new(DecommissionResponse { worker_id }))
+        Ok(Response::new(DecommissionResponse {
+            worker_id: worker_id.0,
+        }))
     }
 
     async fn list_masters(&self, req: Request<ListMastersRequest>) -> Reply<ListMastersResponse> {

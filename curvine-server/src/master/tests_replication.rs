@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use curvine_common::proto::*;
-use curvine_common::FsError;
+use curvine_common::{BlockId, FsError, WorkerId};
 
 use super::namespace::Namespace;
 use super::tests::{create_req, mconf, register, root};
@@ -151,12 +151,22 @@ fn bad_replica_is_removed_and_copied_back() {
     let spare = *ids.iter().find(|w| !ws.contains(w)).unwrap();
     assert_eq!(ns.replication_scan().unwrap(), 0, "fully replicated");
     // a report about a worker without the replica changes nothing
-    assert!(!ns.report_bad_block(block, spare, "x").unwrap().0);
-    let (removed, _) = ns.report_bad_block(block, ws[0], "checksum").unwrap();
+    assert!(
+        !ns.report_bad_block(BlockId(block), WorkerId(spare), "x")
+            .unwrap()
+            .0
+    );
+    let (removed, _) = ns
+        .report_bad_block(BlockId(block), WorkerId(ws[0]), "checksum")
+        .unwrap();
     assert!(removed);
     assert_eq!(ns.report().bad_replicas, 1);
     // the last live replica is never dropped
-    assert!(!ns.report_bad_block(block, ws[1], "checksum").unwrap().0);
+    assert!(
+        !ns.report_bad_block(BlockId(block), WorkerId(ws[1]), "checksum")
+            .unwrap()
+            .0
+    );
     assert_eq!(ns.replication_scan().unwrap(), 1);
     // scheduled once: a second scan does not duplicate it
     assert_eq!(ns.replication_scan().unwrap(), 0);
@@ -204,7 +214,11 @@ fn failed_or_timed_out_copies_free_their_slot() {
         .collect();
     let (block, ws) = two_replica_file(&ns, "/f");
     let spare = *ids.iter().find(|w| !ws.contains(w)).unwrap();
-    assert!(ns.report_bad_block(block, ws[0], "bad").unwrap().0);
+    assert!(
+        ns.report_bad_block(BlockId(block), WorkerId(ws[0]), "bad")
+            .unwrap()
+            .0
+    );
     assert_eq!(ns.replication_scan().unwrap(), 1);
     let target = [spare, ws[0]]
         .into_iter()
@@ -252,7 +266,11 @@ fn inflight_copies_are_bounded() {
     }
     for i in 0..6 {
         let (block, ws) = two_replica_file(&ns, &format!("/f{i}"));
-        assert!(ns.report_bad_block(block, ws[0], "bad").unwrap().0);
+        assert!(
+            ns.report_bad_block(BlockId(block), WorkerId(ws[0]), "bad")
+                .unwrap()
+                .0
+        );
     }
     assert_eq!(ns.replication_scan().unwrap(), 3, "cluster-wide bound");
     let r = ns.report();

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use curvine_common::proto::*;
-use curvine_common::{BlockId, FsError, InodeId};
+use curvine_common::{BlockId, FsError, InodeId, WorkerId};
 
 use super::namespace::Namespace;
 use super::tests::{create_req, mconf, open, register, root, stat, user, write_file};
@@ -12,9 +12,9 @@ use super::tests::{create_req, mconf, open, register, root, stat, user, write_fi
 fn placement_prefers_local_then_free_space_with_tier_fallback() {
     let d = tempfile::tempdir().unwrap();
     let ns = open(d.path());
-    let small = register(&ns, "client-host", (8 << 20, 0), (1 << 30, 0));
-    let big = register(&ns, "other", (1 << 30, 0), (1 << 30, 0));
-    let big2 = register(&ns, "third", (1 << 29, 0), (0, 0));
+    let small = WorkerId(register(&ns, "client-host", (8 << 20, 0), (1 << 30, 0)));
+    let big = WorkerId(register(&ns, "other", (1 << 30, 0), (1 << 30, 0)));
+    let big2 = WorkerId(register(&ns, "third", (1 << 29, 0), (0, 0)));
     let w = &ns.workers;
     let t = w
         .place(StorageTier::Mem, 1, 1 << 20, "client-host", &[])
@@ -27,7 +27,7 @@ fn placement_prefers_local_then_free_space_with_tier_fallback() {
     let t = w
         .place(StorageTier::Mem, 2, 1 << 20, "elsewhere", &[big])
         .unwrap();
-    let ids: Vec<u32> = t.iter().map(|t| t.worker_id).collect();
+    let ids: Vec<WorkerId> = t.iter().map(|t| t.worker_id).collect();
     assert_eq!(ids, vec![big2, small]);
     // The local worker's MEM tier fills up (reservations since its last heartbeat):
     // the next block for it falls back to its SSD tier... or another MEM worker first.
@@ -92,10 +92,10 @@ fn lost_worker_is_excluded_and_comes_back() {
         })
         .unwrap();
         ns.workers.detect_lost();
-        !ns.workers.is_alive(a)
+        !ns.workers.is_alive(WorkerId(a))
     });
     let t = ns.workers.place(StorageTier::Mem, 1, 1, "", &[]).unwrap();
-    assert_eq!(t[0].worker_id, b);
+    assert_eq!(t[0].worker_id, WorkerId(b));
     let (_, blocks) = ns.open("/f", &root()).unwrap();
     assert!(blocks[0].locations.is_empty(), "a's replica is hidden");
     let rep = ns.report();
@@ -452,7 +452,7 @@ fn only_a_registered_worker_is_recognized() {
         .build()
         .unwrap();
     let is = |id: u32, key: &str, peer: Option<&str>| {
-        rt.block_on(ns.is_worker(id, key, peer.map(|p| p.parse().unwrap())))
+        rt.block_on(ns.is_worker(WorkerId(id), key, peer.map(|p| p.parse().unwrap())))
     };
     assert!(is(id, &key, Some("127.0.0.1")));
     assert!(

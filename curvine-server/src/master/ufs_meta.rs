@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use curvine_common::proto::{CallerInfo, FileType, LocatedBlock, StorageTier, UfsRange};
-use curvine_common::{BlockId, FsError, FsResult, InodeId};
+use curvine_common::{BlockId, FsError, FsResult, InodeId, WorkerId};
 
 use super::mounts::Mount;
 use super::namespace::{is_dir, is_file, Delete, Namespace, Reader, Txn};
@@ -593,7 +593,10 @@ impl Namespace {
             if !b.locations.is_empty() {
                 continue;
             }
-            let Some(loc) = self.workers.pick_fetcher(b.block_id, client_host, &[]) else {
+            let Some(loc) = self
+                .workers
+                .pick_fetcher(BlockId(b.block_id), client_host, &[])
+            else {
                 continue;
             };
             b.locations = vec![loc];
@@ -622,11 +625,12 @@ impl Namespace {
         client_host: &str,
         exclude: &[u32],
     ) {
+        let avoid: Vec<WorkerId> = exclude.iter().map(|&w| WorkerId(w)).collect();
         for b in blocks.iter_mut().filter(|b| b.ufs.is_some()) {
             if b.locations.iter().any(|l| exclude.contains(&l.worker_id)) {
                 b.locations = self
                     .workers
-                    .pick_fetcher(b.block_id, client_host, exclude)
+                    .pick_fetcher(BlockId(b.block_id), client_host, &avoid)
                     .into_iter()
                     .collect();
             }

@@ -1,48 +1,48 @@
 //! Worker registry: addresses, per-tier capacity, liveness, queued block deletions, and
-//! the worker-facing calls (register, the full block report in pages, heartbeat).
+//! the worker-facing calls (register, heartbeat; the full block report in pages is in
+//! `replicas`).
+
+mod replicas;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::ops::RangeInclusive;
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use curvine_common::proto::{
-    BlockLocation, BlockReplica, BlockReportPage, BlockReportPageResponse, CopyCommand,
-    HeartbeatRequest, HeartbeatResponse, RegisterRequest, RegisterResponse, StorageTier,
-    TierReport, WorkerAddress, WorkerReport,
+    BlockLocation, BlockReportPage, CopyCommand, HeartbeatRequest, HeartbeatResponse,
+    RegisterRequest, RegisterResponse, StorageTier, TierReport, WorkerAddress, WorkerReport,
 };
 use curvine_common::types::now_ms;
-use curvine_common::{BlockId, FsError, FsResult};
+use curvine_common::{BlockId, FsError, FsResult, WorkerId};
 use prost::Message;
 use tracing::{debug, info, warn};
 
-use super::namespace::{Delete, Namespace, Reader};
-use super::records::{BlockRec, Loc};
+use super::namespace::{Delete, Namespace};
 use super::store::{self, Store};
 
 pub(super) struct WorkerState {
-    pub id: u32,
+    pub id: WorkerId,
     pub address: WorkerAddress,
     pub tiers: Vec<TierReport>,
     /// None until the worker registers with this master instance.
     pub last_seen: Option<Instant>,
     pub last_heartbeat_ms: i64,
     /// Bytes handed out (one block size per allocation) since the last heartbeat.
-    pub reserved: HashMap<i32, u64>,
-    pub pending_deletes: Vec<u64>,
+    pub reserved: HashMap<StorageTier, u64>,
+    pub pending_deletes: Vec<BlockId>,
     /// Bytes per tier of replicas queued for deletion here (`pending_deletes`), and of
     /// those sent in the last heartbeat reply: used in the tier reports until the
     /// worker's next heartbeat, but about to be free. Placement counts them as free, so
     /// files overwritten in a full tier do not push their successors down a tier.
-    pub freeing: HashMap<i32, u64>,
-    pub freeing_sent: HashMap<i32, u64>,
+    pub freeing: HashMap<StorageTier, u64>,
+    pub freeing_sent: HashMap<StorageTier, u64>,
     /// Re-replication copies to hand out in the next heartbeat reply.
     pub pending_copies: Vec<CopyCommand>,
     /// Blocks to tell the worker it may drop (the under-store holds them).
-    pub pending_droppable: Vec<u64>,
+    pub pending_droppable: Vec<BlockId>,
     /// Blocks allocated here since the last heartbeat: (tier, bytes in `reserved`).
-    pub reserved_blocks: HashMap<u64, (i32, u64)>,
+    pub reserved_blocks: HashMap<BlockId, (StorageTier, u64)>,
     pub scrubbed_bytes: u64,
     /// Its background tasks, as of its last heartbeat.
     pub tasks: Vec<curvine_common::proto::TaskReport>,
@@ -60,13 +60,15 @@ pub(super) struct WorkerState {
 }
 
 pub(super) struct Workers {
-    map: RwLock<HashMap<u32, WorkerState>>,
+    map: RwLock<HashMap<WorkerId, WorkerState>>,
     lost_timeout: Duration,
+    /// Since when this master leads: the workers re-register with a new leader.
+    pub tenure: super::tenure::Tenure,
 }
 
 /// A chosen replica target.
 pub(super) struct Target {
-    pub worker_id: u32,
+    pub worker_id: WorkerId,
     pub tier: StorageTier,
     pub address: WorkerAddress,
 }
@@ -76,13 +78,14 @@ impl Workers {
         Workers {
             map: RwLock::new(HashMap::new()),
             lost_timeout,
+            tenure: Default::default(),
         }
     }
 
-    pub(super) fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<u32, WorkerState>> {
+    pub(super) fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<WorkerId, WorkerState>> {
         self.map.read().unwrap_or_else(|p| p.into_inner())
     }
-    pub(super) fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<u32, WorkerState>> {
+    pub(super) fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<WorkerId, WorkerState>> {
         self.map.write().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -93,7 +96,7 @@ impl Workers {
             let Ok(k) = <[u8; 4]>::try_from(&k[..]) else {
                 continue;
             };
-            let id = u32::from_be_bytes(k);
+            let id = WorkerId(u32::from_be_bytes(k));
             let address = WorkerAddress::decode(&*v).unwrap_or_default();
             m.insert(id, new_state(id, address));
         }
@@ -101,7 +104,7 @@ impl Workers {
             let Ok(k) = <[u8; 4]>::try_from(&k[..]) else {
                 continue;
             };
-            if let Some(w) = m.get_mut(&u32::from_be_bytes(k)) {
+            if let Some(w) = m.get_mut(&WorkerId(u32::from_be_bytes(k))) {
                 w.draining = true;
             }
         }
@@ -115,7 +118,7 @@ impl Workers {
         for (k, v) in store.meta_scan(store::META_WORKER_PREFIX)? {
             if let Ok(k) = <[u8; 4]>::try_from(&k[..]) {
                 stored.insert(
-                    u32::from_be_bytes(k),
+                    WorkerId(u32::from_be_bytes(k)),
                     WorkerAddress::decode(&*v).unwrap_or_default(),
                 );
             }
@@ -123,7 +126,7 @@ impl Workers {
         let mut draining = std::collections::HashSet::new();
         for (k, _) in store.meta_scan(store::META_DRAIN_PREFIX)? {
             if let Ok(k) = <[u8; 4]>::try_from(&k[..]) {
-                draining.insert(u32::from_be_bytes(k));
+                draining.insert(WorkerId(u32::from_be_bytes(k)));
             }
         }
         let mut m = self.write();
@@ -142,7 +145,7 @@ impl Workers {
 
     /// The registered host of worker `id` when it is alive and `session` is the key of
     /// its current registration.
-    pub fn session_host(&self, id: u32, session: &str) -> Option<String> {
+    pub fn session_host(&self, id: WorkerId, session: &str) -> Option<String> {
         let m = self.read();
         let w = m.get(&id)?;
         let ok = self.alive(w)
@@ -152,12 +155,12 @@ impl Workers {
     }
 
     #[cfg(test)]
-    pub fn is_alive(&self, id: u32) -> bool {
+    pub fn is_alive(&self, id: WorkerId) -> bool {
         self.read().get(&id).is_some_and(|w| self.alive(w))
     }
 
-    /// Addresses of the live workers among `ids`.
-    pub fn live_addresses(&self) -> HashMap<u32, WorkerAddress> {
+    /// Addresses of the live workers.
+    pub fn live_addresses(&self) -> HashMap<WorkerId, WorkerAddress> {
         self.read()
             .values()
             .filter(|w| self.alive(w))
@@ -165,33 +168,40 @@ impl Workers {
             .collect()
     }
 
+    /// Queue replica `d` (a journal effect, in raw ids) for deletion on its worker.
     pub fn queue_delete(&self, d: Delete) {
-        if let Some(w) = self.write().get_mut(&d.worker) {
-            w.pending_deletes.push(d.block);
-            *w.freeing.entry(d.tier).or_default() += d.len;
+        if let Some(w) = self.write().get_mut(&WorkerId(d.worker)) {
+            w.pending_deletes.push(BlockId(d.block));
+            *w.freeing.entry(tier_of(d.tier)).or_default() += d.len;
         }
     }
 
     /// Tell `worker` in its next heartbeat that it may drop `block` (the under-store
     /// holds it).
-    pub fn queue_droppable(&self, worker: u32, block: u64) {
+    pub fn queue_droppable(&self, worker: WorkerId, block: BlockId) {
         if let Some(w) = self.write().get_mut(&worker) {
             w.pending_droppable.push(block);
         }
     }
 
     /// Remember that `block` holds `bytes` of `worker`'s reservation in `tier`.
-    pub fn track_reservation(&self, worker: u32, block: u64, tier: i32, bytes: u64) {
+    pub fn track_reservation(
+        &self,
+        worker: WorkerId,
+        block: BlockId,
+        tier: StorageTier,
+        bytes: u64,
+    ) {
         if let Some(w) = self.write().get_mut(&worker) {
             w.reserved_blocks.insert(block, (tier, bytes));
         }
     }
 
     /// A block allocated since the last heartbeat was committed with `len` bytes: its
-    /// reservation shrinks to that.
+    /// reservation shrinks to that. (Raw ids: a journal effect.)
     pub fn block_committed(&self, worker: u32, block: u64, len: u64) {
-        if let Some(w) = self.write().get_mut(&worker) {
-            if let Some((tier, bytes)) = w.reserved_blocks.get_mut(&block) {
+        if let Some(w) = self.write().get_mut(&WorkerId(worker)) {
+            if let Some((tier, bytes)) = w.reserved_blocks.get_mut(&BlockId(block)) {
                 let r = w.reserved.entry(*tier).or_default();
                 *r = r.saturating_sub(bytes.saturating_sub(len));
                 *bytes = len.min(*bytes);
@@ -200,17 +210,18 @@ impl Workers {
     }
 
     /// A replica was dropped: give back its reservation. (Space it used is counted
-    /// free once the worker deleted it and reported its tiers.)
+    /// free once the worker deleted it and reported its tiers. Raw ids: a journal
+    /// effect.)
     pub fn block_dropped(&self, worker: u32, block: u64) {
-        if let Some(w) = self.write().get_mut(&worker) {
-            if let Some((t, bytes)) = w.reserved_blocks.remove(&block) {
+        if let Some(w) = self.write().get_mut(&WorkerId(worker)) {
+            if let Some((t, bytes)) = w.reserved_blocks.remove(&BlockId(block)) {
                 let r = w.reserved.entry(t).or_default();
                 *r = r.saturating_sub(bytes);
             }
         }
     }
 
-    pub fn queue_copy(&self, worker: u32, c: CopyCommand) {
+    pub fn queue_copy(&self, worker: WorkerId, c: CopyCommand) {
         if let Some(w) = self.write().get_mut(&worker) {
             w.pending_copies.push(c);
         }
@@ -223,7 +234,7 @@ impl Workers {
         for w in m.values_mut() {
             let alive = w.last_seen.is_some_and(|t| t.elapsed() < self.lost_timeout);
             if w.was_alive && !alive {
-                warn!(worker = w.id, host = %w.address.host, "worker lost (no heartbeat)");
+                warn!(worker = w.id.0, host = %w.address.host, "worker lost (no heartbeat)");
                 lost += 1;
             }
             w.was_alive = alive;
@@ -234,7 +245,12 @@ impl Workers {
     /// The worker to fetch under-store block `block` for a reader on `host`: one on that
     /// host if any, else any live one; the same one for every reader of the block while
     /// the workers stay the same, so concurrent readers join one fetch.
-    pub fn pick_fetcher(&self, block: u64, host: &str, exclude: &[u32]) -> Option<BlockLocation> {
+    pub fn pick_fetcher(
+        &self,
+        block: BlockId,
+        host: &str,
+        exclude: &[WorkerId],
+    ) -> Option<BlockLocation> {
         let m = self.read();
         let mut live: Vec<&WorkerState> = m
             .values()
@@ -251,9 +267,9 @@ impl Workers {
             return None;
         }
         // spread a file's blocks over the workers
-        let w = pool[(block as usize).wrapping_mul(0x9E37_79B9) % pool.len()];
+        let w = pool[(block.0 as usize).wrapping_mul(0x9E37_79B9) % pool.len()];
         Some(BlockLocation {
-            worker_id: w.id,
+            worker_id: w.id.0,
             address: Some(w.address.clone()),
             tier: 0,
         })
@@ -268,10 +284,10 @@ impl Workers {
         replicas: u32,
         block_size: u64,
         client_host: &str,
-        excluded: &[u32],
+        excluded: &[WorkerId],
     ) -> FsResult<Vec<Target>> {
         let mut m = self.write();
-        let live: Vec<u32> = m
+        let live: Vec<WorkerId> = m
             .values()
             .filter(|w| w.last_seen.is_some_and(|t| t.elapsed() < self.lost_timeout))
             .filter(|w| !w.draining && !excluded.contains(&w.id))
@@ -332,7 +348,7 @@ impl Workers {
         }
         for c in &chosen {
             if let Some(w) = m.get_mut(&c.worker_id) {
-                *w.reserved.entry(c.tier as i32).or_default() += block_size;
+                *w.reserved.entry(c.tier).or_default() += block_size;
             }
         }
         Ok(chosen)
@@ -360,8 +376,8 @@ impl Workers {
     }
 }
 
-fn new_state(id: u32, mut address: WorkerAddress) -> WorkerState {
-    address.worker_id = id;
+fn new_state(id: WorkerId, mut address: WorkerAddress) -> WorkerState {
+    address.worker_id = id.0;
     WorkerState {
         id,
         address,
@@ -414,8 +430,7 @@ fn free_in(w: &WorkerState, tier: StorageTier) -> u64 {
                 // blocks the worker drops when it needs the room count as free
                 (c + t.capacity, u + t.used.saturating_sub(t.evictable))
             });
-    let t = tier as i32;
-    let get = |m: &HashMap<i32, u64>| m.get(&t).copied().unwrap_or(0);
+    let get = |m: &HashMap<StorageTier, u64>| m.get(&tier).copied().unwrap_or(0);
     let freeing = get(&w.freeing).saturating_add(get(&w.freeing_sent));
     cap.saturating_sub(used.saturating_sub(freeing))
         .saturating_sub(get(&w.reserved))
@@ -458,7 +473,8 @@ impl Namespace {
             .address
             .clone()
             .ok_or_else(|| FsError::invalid("register without an address"))?;
-        let known = req.worker_id != 0 && self.workers.read().contains_key(&req.worker_id);
+        let known =
+            req.worker_id != 0 && self.workers.read().contains_key(&WorkerId(req.worker_id));
         let session = format!("{:032x}", rand::random::<u128>());
         let (id, seq) = self.mutate(0, |txn| {
             let id = if known {
@@ -471,7 +487,7 @@ impl Namespace {
             let mut addr = address.clone();
             addr.worker_id = id;
             txn.put_meta(store::worker_key(id), addr.encode_to_vec());
-            Ok(id)
+            Ok(WorkerId(id))
         })?;
         {
             let mut m = self.workers.write();
@@ -479,7 +495,7 @@ impl Namespace {
                 .entry(id)
                 .or_insert_with(|| new_state(id, address.clone()));
             w.address = address;
-            w.address.worker_id = id;
+            w.address.worker_id = id.0;
             w.tiers = req.tiers;
             w.last_seen = Some(Instant::now());
             w.last_heartbeat_ms = now_ms();
@@ -492,14 +508,14 @@ impl Namespace {
         // Its replicas are live again, and a copy it was sent may have been lost with it.
         self.repl.mark();
         info!(
-            worker = id,
+            worker = id.0,
             host = %self.workers.read().get(&id).map(|w| w.address.host.clone()).unwrap_or_default(),
             paged = req.paged,
             "worker registered"
         );
         Ok((
             RegisterResponse {
-                worker_id: id,
+                worker_id: id.0,
                 cluster_id: self.cluster_id.clone(),
                 session,
             },
@@ -510,13 +526,13 @@ impl Namespace {
     /// Whether a call from `peer` naming worker `id` and `session` comes from that worker:
     /// it is alive, `session` is the key of its current registration, and `peer` (when
     /// the transport knows it) is an address of the host it registered with.
-    pub async fn is_worker(&self, id: u32, session: &str, peer: Option<IpAddr>) -> bool {
-        if id == 0 {
+    pub async fn is_worker(&self, id: WorkerId, session: &str, peer: Option<IpAddr>) -> bool {
+        if id.0 == 0 {
             return false;
         }
         let Some(host) = self.workers.session_host(id, session) else {
             debug!(
-                worker = id,
+                worker = id.0,
                 "a call named a worker without its current session key"
             );
             return false;
@@ -527,86 +543,22 @@ impl Namespace {
         if host_has(&host, peer).await {
             return true;
         }
-        warn!(worker = id, %peer, %host, "a worker's session key used from another host; refused");
+        warn!(worker = id.0, %peer, %host, "a worker's session key used from another host; refused");
         false
     }
 
     /// Whether worker `id` registered with this master instance.
-    fn registered(&self, id: u32) -> bool {
+    fn registered(&self, id: WorkerId) -> bool {
         self.workers
             .read()
             .get(&id)
             .is_some_and(|w| w.last_seen.is_some())
     }
 
-    /// One page of a registered worker's full block report: record the replicas that are
-    /// new or moved, forget those recorded in the page's id range that it leaves out, and
-    /// queue the deletion of blocks that belong to nothing.
-    pub fn report_blocks(&self, page: BlockReportPage) -> FsResult<(BlockReportPageResponse, u64)> {
-        let id = page.worker_id;
-        if !self.registered(id) {
-            debug!(worker = id, "block report from an unregistered worker");
-            return Ok((BlockReportPageResponse { reregister: true }, 0));
-        }
-        let ids = page.first..=page.last;
-        if ids.is_empty() {
-            return Err(FsError::invalid(format!(
-                "block report page from {} to {}: its first id is above its last",
-                page.first, page.last
-            )));
-        }
-        let mut reported = page.blocks;
-        if let Some(r) = reported.iter().find(|r| !ids.contains(&r.block_id)) {
-            return Err(FsError::invalid(format!(
-                "block report page from {} to {} holds block {}",
-                page.first, page.last, r.block_id
-            )));
-        }
-        reported.sort_unstable_by_key(|r| r.block_id);
-        reported.dedup_by_key(|r| r.block_id);
-        let (todo, gone) = self.report_diff(id, ids, &reported)?;
-        let (stale, seq) = if todo.is_empty() && gone.is_empty() {
-            (Vec::new(), 0)
-        } else {
-            self.mutate(0, |txn| {
-                let mut stale = Vec::new();
-                for &i in &todo {
-                    if !self.record_replica(txn, id, &reported[i])? {
-                        stale.push(reported[i].block_id);
-                    }
-                }
-                // Replicas recorded for this worker but absent from its report are gone.
-                for &b in &gone {
-                    self.forget_replica(txn, id, b)?;
-                }
-                Ok(stale)
-            })?
-        };
-        let n_stale = stale.len();
-        if let Some(w) = self.workers.write().get_mut(&id) {
-            w.last_seen = Some(Instant::now());
-            w.pending_deletes.extend(stale);
-        }
-        let end = if page.last == u64::MAX {
-            "the end".to_string()
-        } else {
-            page.last.to_string()
-        };
-        let changed = todo.len() + gone.len();
-        if changed + n_stale > 0 {
-            info!(worker = id, from = page.first, to = %end, blocks = reported.len(), changed,
-                stale = n_stale, "block report page");
-        } else {
-            debug!(worker = id, from = page.first, to = %end, blocks = reported.len(),
-                "block report page, all as recorded");
-        }
-        Ok((BlockReportPageResponse { reregister: false }, seq))
-    }
-
     pub fn heartbeat(&self, req: HeartbeatRequest) -> FsResult<(HeartbeatResponse, u64)> {
-        let id = req.worker_id;
+        let id = WorkerId(req.worker_id);
         if !self.registered(id) {
-            debug!(worker = id, "heartbeat from an unregistered worker");
+            debug!(worker = id.0, "heartbeat from an unregistered worker");
             return Ok((
                 HeartbeatResponse {
                     delete_blocks: Vec::new(),
@@ -626,19 +578,19 @@ impl Namespace {
                 let mut stale = Vec::new();
                 for r in &req.added {
                     if !self.record_replica(txn, id, r)? {
-                        stale.push(r.block_id);
+                        stale.push(BlockId(r.block_id));
                     }
                 }
                 for b in &req.removed {
-                    self.forget_replica(txn, id, *b)?;
+                    self.forget_replica(txn, id, BlockId(*b))?;
                 }
                 Ok(stale)
             })?
         };
         self.repl.finished(id, &req.copy_results);
-        self.jobs.finished(id, &req.load_results);
+        self.jobs.finished(id.0, &req.load_results);
         if !req.bad_blocks.is_empty() {
-            warn!(worker = id, blocks = ?req.bad_blocks, "scrubber found corrupt replicas");
+            warn!(worker = id.0, blocks = ?req.bad_blocks, "scrubber found corrupt replicas");
             self.repl.note_bad(req.bad_blocks.len() as u64);
         }
         let mut m = self.workers.write();
@@ -656,7 +608,7 @@ impl Namespace {
         };
         let back = !w.was_alive;
         if back {
-            info!(worker = id, "worker is back");
+            info!(worker = id.0, "worker is back");
             w.was_alive = true;
         }
         // An empty tier list means "unchanged".
@@ -672,15 +624,18 @@ impl Namespace {
         if !req.tasks.is_empty() {
             w.tasks = req.tasks;
         }
-        let delete_blocks = std::mem::take(&mut w.pending_deletes);
+        let delete_blocks = raw(std::mem::take(&mut w.pending_deletes));
         // this report shows the deletions sent last time; those sent now show next time
         w.freeing_sent = std::mem::take(&mut w.freeing);
         let copy_blocks = std::mem::take(&mut w.pending_copies);
-        w.pending_droppable.extend(droppable);
-        let droppable_blocks = std::mem::take(&mut w.pending_droppable);
+        w.pending_droppable
+            .extend(droppable.into_iter().map(BlockId));
+        let droppable_blocks = raw(std::mem::take(&mut w.pending_droppable));
         drop(m);
         let live = self.workers.live_addresses();
-        let load_blocks = self.jobs.dispatch(id, |w| live.contains_key(&w));
+        let load_blocks = self
+            .jobs
+            .dispatch(id.0, |w| live.contains_key(&WorkerId(w)));
         if back {
             // its replicas are live again: blocks counted missing may not be
             self.repl.mark();
@@ -696,108 +651,15 @@ impl Namespace {
             seq,
         ))
     }
-
-    /// Compare a page of a worker's full report (sorted by block id, no repeats, all in
-    /// `ids`) with what the store records for it in `ids`, without the namespace lock:
-    /// the indices of the replicas to record (new, or on another tier) and the blocks
-    /// recorded but no longer reported. Reading a million block records under the lock
-    /// held every namespace change for 6.5 s when a worker restarted; a restarted
-    /// worker's report mostly matches its record.
-    fn report_diff(
-        &self,
-        worker: u32,
-        ids: RangeInclusive<u64>,
-        reported: &[BlockReplica],
-    ) -> FsResult<(Vec<usize>, Vec<u64>)> {
-        // the store's index of a worker's blocks is in block id order too
-        let recorded = self.store.worker_blocks(worker, ids)?;
-        let (mut todo, mut gone) = (Vec::new(), Vec::new());
-        let mut j = 0;
-        for (i, r) in reported.iter().enumerate() {
-            while recorded.get(j).is_some_and(|&b| b < r.block_id) {
-                gone.push(recorded[j]);
-                j += 1;
-            }
-            let on_record = recorded.get(j) == Some(&r.block_id);
-            if on_record {
-                j += 1;
-            }
-            if !on_record || !self.replica_recorded(worker, r)? {
-                todo.push(i);
-            }
-        }
-        gone.extend_from_slice(&recorded[j..]);
-        Ok((todo, gone))
-    }
-
-    /// Whether `record_replica` would find `r` already recorded as it is.
-    fn replica_recorded(&self, worker: u32, r: &BlockReplica) -> FsResult<bool> {
-        let Some(b) = self.store.block(r.block_id)? else {
-            return Ok(false);
-        };
-        let tier = reported_tier(r, &b);
-        Ok(b.locs
-            .iter()
-            .any(|l| l.worker_id == worker && l.tier == tier))
-    }
-
-    /// Record that `worker` holds replica `r`. Returns false when the block belongs to
-    /// nothing (not recorded, and its owner is not a file being written): delete it.
-    fn record_replica(
-        &self,
-        txn: &mut super::namespace::Txn<'_>,
-        worker: u32,
-        r: &BlockReplica,
-    ) -> FsResult<bool> {
-        match txn.block(r.block_id)? {
-            Some(mut b) => {
-                let tier = reported_tier(r, &b);
-                match b.locs.iter_mut().find(|l| l.worker_id == worker) {
-                    Some(l) if l.tier == tier => return Ok(true),
-                    Some(l) => l.tier = tier,
-                    None => b.locs.push(Loc {
-                        worker_id: worker,
-                        tier,
-                    }),
-                }
-                txn.put_worker_block(worker, b.id);
-                txn.put_block(b);
-                Ok(true)
-            }
-            None => {
-                let owner = BlockId(r.block_id).inode().0;
-                Ok(txn
-                    .inode(owner)?
-                    .is_some_and(|i| super::namespace::is_file(&i) && !i.complete))
-            }
-        }
-    }
-
-    pub(super) fn forget_replica(
-        &self,
-        txn: &mut super::namespace::Txn<'_>,
-        worker: u32,
-        block: u64,
-    ) -> FsResult<()> {
-        txn.del_worker_block(worker, block);
-        self.repl.mark();
-        if let Some(mut b) = txn.block(block)? {
-            let before = b.locs.len();
-            b.locs.retain(|l| l.worker_id != worker);
-            if b.locs.len() != before {
-                txn.put_block(b);
-            }
-        }
-        Ok(())
-    }
 }
 
-/// The tier a reported replica is recorded in: the reported one, or (0, a worker that
-/// does not say) the block's first replica's.
-fn reported_tier(r: &BlockReplica, b: &BlockRec) -> i32 {
-    if r.tier == 0 {
-        b.locs.first().map_or(0, |l| l.tier)
-    } else {
-        r.tier
-    }
+/// Block ids as the wire carries them.
+fn raw(ids: Vec<BlockId>) -> Vec<u64> {
+    ids.into_iter().map(|b| b.0).collect()
+}
+
+/// A tier as records carry it; a value this build does not know counts as unspecified
+/// (no worker reports capacity there).
+fn tier_of(t: i32) -> StorageTier {
+    StorageTier::try_from(t).unwrap_or(StorageTier::Unspecified)
 }

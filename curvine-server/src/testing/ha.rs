@@ -194,6 +194,16 @@ impl HaCluster {
     /// Start `n` workers (one MEM tier each) that report to the leader among the
     /// group's masters.
     pub async fn start_workers(&mut self, n: usize) -> FsResult<()> {
+        self.start_workers_with(n, |_| {}).await
+    }
+
+    /// [`start_workers`](Self::start_workers), with `tune` applied to each worker's
+    /// configuration.
+    pub async fn start_workers_with(
+        &mut self,
+        n: usize,
+        tune: impl Fn(&mut ClusterConf),
+    ) -> FsResult<()> {
         for _ in 0..n {
             let i = self.workers.len();
             let dir = self._base.path().join(format!("worker{i}"));
@@ -206,6 +216,7 @@ impl HaCluster {
             c.worker.web_port = 0;
             c.worker.data_dir = vec![format!("[MEM:256MB]{}", dir.display())];
             c.worker.heartbeat_interval = Dur(Duration::from_millis(200));
+            tune(&mut c);
             let cancel = CancellationToken::new();
             let task = tokio::spawn(crate::worker::run_with_web(c, l, None, cancel.clone()));
             self.workers.push(Some(Node { cancel, task }));

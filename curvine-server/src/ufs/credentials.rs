@@ -57,7 +57,7 @@ pub fn resolve(
         .get(PROFILE_OPTION)
         .map_or(DEFAULT_PROFILE, String::as_str);
     let text = std::fs::read_to_string(file).map_err(|e| bad(e.to_string()))?;
-    let pairs = parse(&text, profile).map_err(bad)?;
+    let pairs = parse(&text, profile, bad)?;
     if pairs.is_empty() {
         return Err(bad(format!(
             "no key = value line (read: the lines above any [section], and [{profile}])"
@@ -93,7 +93,11 @@ pub fn resolve(
 
 /// The (line number, key, value) of the lines above any section and of section
 /// `profile`. An error names the line, never its content.
-fn parse(text: &str, profile: &str) -> Result<Vec<(usize, String, String)>, String> {
+fn parse(
+    text: &str,
+    profile: &str,
+    bad: impl Fn(String) -> FsError,
+) -> FsResult<Vec<(usize, String, String)>> {
     let mut out = Vec::new();
     let mut section: Option<String> = None;
     let mut found = false;
@@ -106,7 +110,7 @@ fn parse(text: &str, profile: &str) -> Result<Vec<(usize, String, String)>, Stri
         if let Some(rest) = line.strip_prefix('[') {
             let name = rest
                 .strip_suffix(']')
-                .ok_or_else(|| format!("line {n}: a section header must end with ]"))?
+                .ok_or_else(|| bad(format!("line {n}: a section header must end with ]")))?
                 .trim();
             let name = name.strip_prefix("profile ").unwrap_or(name).trim();
             found |= name == profile;
@@ -115,10 +119,10 @@ fn parse(text: &str, profile: &str) -> Result<Vec<(usize, String, String)>, Stri
         }
         let (k, v) = line
             .split_once('=')
-            .ok_or_else(|| format!("line {n}: expected key = value"))?;
+            .ok_or_else(|| bad(format!("line {n}: expected key = value")))?;
         let k = k.trim();
         if k.is_empty() || k.contains(char::is_whitespace) {
-            return Err(format!("line {n}: expected key = value"));
+            return Err(bad(format!("line {n}: expected key = value")));
         }
         if section.as_deref().is_some_and(|s| s != profile) {
             continue;
@@ -132,12 +136,12 @@ fn parse(text: &str, profile: &str) -> Result<Vec<(usize, String, String)>, Stri
             .iter()
             .any(|(_, key, _): &(usize, String, String)| key == k)
         {
-            return Err(format!("line {n}: {k:?} is set twice"));
+            return Err(bad(format!("line {n}: {k:?} is set twice")));
         }
         out.push((n, k.to_string(), v.to_string()));
     }
     if section.is_some() && !found && profile != DEFAULT_PROFILE {
-        return Err(format!("no [{profile}] section"));
+        return Err(bad(format!("no [{profile}] section")));
     }
     Ok(out)
 }

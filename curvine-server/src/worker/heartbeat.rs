@@ -65,6 +65,24 @@ pub struct HeartbeatConf {
 #[derive(Debug, Default)]
 pub struct Registration(Mutex<Option<(u32, String)>>, Mutex<String>);
 
+/// The channel to `master`. A master cut off the network (its link down, its host
+/// gone) answers nothing, not even a refusal: HTTP/2 pings every heartbeat interval,
+/// each to be answered within `connect_timeout`, end such a connection and the calls
+/// waiting on it within an interval and a connect timeout, and the worker moves on to
+/// the next master instead of waiting `rpc_timeout` on every call. TCP keepalive does
+/// the same below HTTP/2 for a connection nothing else is sent on.
+fn master_endpoint(master: &str, conf: &HeartbeatConf) -> FsResult<Endpoint> {
+    let ping = conf.interval.max(Duration::from_millis(100));
+    Ok(Endpoint::from_shared(format!("http://{master}"))
+        .map_err(|e| FsError::config(format!("master address {master}: {e}")))?
+        .connect_timeout(conf.connect_timeout)
+        .timeout(conf.rpc_timeout)
+        .tcp_keepalive(Some(ping))
+        .http2_keep_alive_interval(ping)
+        .keep_alive_timeout(conf.connect_timeout)
+        .keep_alive_while_idle(true))
+}
+
 impl Registration {
     pub fn get(&self) -> Option<(u32, String)> {
         self.0
@@ -332,11 +350,7 @@ impl Session {
             return Ok(c.clone());
         }
         let master = self.master().to_string();
-        let ep = Endpoint::from_shared(format!("http://{master}"))
-            .map_err(|e| FsError::config(format!("master address {master}: {e}")))?
-            .connect_timeout(self.conf.connect_timeout)
-            .timeout(self.conf.rpc_timeout);
-        let ch = ep.connect().await?;
+        let ch = master_endpoint(&master, &self.conf)?.connect().await?;
         let c = MasterServiceClient::new(ch);
         self.client = Some(c.clone());
         Ok(c)

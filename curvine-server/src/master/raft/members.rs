@@ -48,6 +48,12 @@ fn write_err(e: RaftError<u64, ClientWriteError<u64, BasicNode>>, r: &Replica) -
 }
 
 impl Replica {
+    /// The term this master leads in; `None` when it does not lead.
+    pub fn leading_term(&self) -> Option<u64> {
+        let m = self.metrics.borrow();
+        (m.state.is_leader() && m.current_leader == Some(self.id)).then_some(m.current_term)
+    }
+
     /// Every master of the membership with its role as this master, the leader, sees
     /// it, and the current term. A follower answers `NotLeader`.
     pub fn masters(&self) -> FsResult<(Vec<MasterInfo>, u64)> {

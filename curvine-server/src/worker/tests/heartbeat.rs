@@ -317,6 +317,66 @@ async fn bind_retry(port: u16) -> TcpListener {
     }
 }
 
+/// A master cut off the network, as the worker sees it: the connection is made (the
+/// kernel accepts it), then nothing ever comes back, neither replies nor HTTP/2 pings.
+/// Returns its address and the bytes received so far.
+async fn silent_master() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::AsyncReadExt;
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let got = Arc::new(AtomicUsize::new(0));
+    let g = got.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let g = g.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = s.read(&mut buf).await {
+                    g.fetch_add(n, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    (addr, got)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_that_never_answers_is_left_for_the_next() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (silent, got) = silent_master().await;
+    let master = FakeMaster::default();
+    let mcancel = CancellationToken::new();
+    let ml = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let maddr = ml.local_addr().unwrap();
+    let mtask = spawn_master(ml, master.clone(), mcancel.clone());
+    let mut conf = worker_conf(tmp.path(), maddr.port());
+    // the silent master first; a call to it would wait this long without pings
+    conf.master.node_id = 1;
+    conf.master.peers = vec![format!("1={silent}"), format!("2={maddr}")];
+    conf.client.rpc_timeout = curvine_common::conf::Dur(Duration::from_secs(600));
+    conf.client.connect_timeout = curvine_common::conf::Dur(Duration::from_secs(1));
+    let wl = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let wcancel = CancellationToken::new();
+    let worker = tokio::spawn(crate::worker::run(conf, wl, wcancel.clone()));
+
+    assert!(
+        wait_until(60, || master.with(|s| !s.registers.is_empty())).await,
+        "the worker stayed on the silent master"
+    );
+    // it had sent its registration there (the connection was made, the call waited)
+    assert!(got.load(std::sync::atomic::Ordering::Relaxed) > 0);
+
+    wcancel.cancel();
+    tokio::time::timeout(Duration::from_secs(10), worker)
+        .await
+        .expect("worker stops after cancel")
+        .unwrap()
+        .unwrap();
+    mcancel.cancel();
+    mtask.await.unwrap();
+}
+
 #[tokio::test]
 async fn startup_error_names_the_bad_entry() {
     let tmp = tempfile::tempdir().unwrap();
