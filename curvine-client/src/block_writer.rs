@@ -10,8 +10,9 @@ use curvine_common::aligned::AlignedBuf;
 use curvine_common::checksum::chunk_crcs_into;
 use curvine_common::frame::header;
 use curvine_common::proto::{CommittedBlock, DataOp, LocatedBlock, StorageTier};
+use curvine_common::types::{RequestId, REQUEST_TARGET};
 use curvine_common::{FsError, FsResult};
-use tracing::debug;
+use tracing::{debug, debug_span, Instrument, Span};
 
 use crate::pool::{is_local_host, worker_addr, DataConn, WorkerPool};
 
@@ -27,6 +28,9 @@ pub(crate) struct BlockWriteOpts {
     pub reserve: u64,
     /// Short-circuit writes to disk tiers bypass the page cache (O_DIRECT).
     pub direct_io: bool,
+    /// The master call that allocated the block, sent in WRITE_OPEN for the worker's
+    /// span.
+    pub req: RequestId,
 }
 
 enum Sink {
@@ -98,6 +102,8 @@ pub(crate) struct BlockWriter {
     ended_partial: bool,
     /// The replica whose stream failed, once one did.
     failed: Option<u32>,
+    /// `client.write`: the open and the commit run in it.
+    span: Span,
 }
 
 /// A failed block write and the worker to blame, when one is known.
@@ -123,10 +129,19 @@ impl BlockWriter {
         block: &LocatedBlock,
         opts: &BlockWriteOpts,
     ) -> Traced<BlockWriter> {
+        let span = debug_span!(
+            target: REQUEST_TARGET,
+            "client.write",
+            block = block.block_id,
+            req = %opts.req,
+        );
         let mut current = None;
-        Self::open_inner(pool, block, opts, &mut current)
+        let mut bw = Self::open_inner(pool, block, opts, &mut current)
+            .instrument(span.clone())
             .await
-            .map_err(|e| (e, current))
+            .map_err(|e| (e, current))?;
+        bw.span = span;
+        Ok(bw)
     }
 
     async fn open_inner(
@@ -157,6 +172,8 @@ impl BlockWriter {
             h.reserve = opts.reserve;
             h.short_circuit = sc;
             h.token.clone_from(&opts.token);
+            h.client_id = opts.req.client;
+            h.call_id = opts.req.call;
             let (conn, ok) = pool.open(&addr, &h, &mut scratch).await?;
             if ok.op != DataOp::Ok as i32 {
                 return Err(FsError::protocol(format!(
@@ -216,6 +233,7 @@ impl BlockWriter {
             frame_crcs: Vec::new(),
             ended_partial: false,
             failed: None,
+            span: Span::none(),
         })
     }
 
@@ -345,7 +363,12 @@ impl BlockWriter {
     }
 
     /// `commit`, naming the worker that failed.
-    pub(crate) async fn commit_traced(mut self, pool: &WorkerPool) -> Traced<CommittedBlock> {
+    pub(crate) async fn commit_traced(self, pool: &WorkerPool) -> Traced<CommittedBlock> {
+        let span = self.span.clone();
+        self.commit_inner(pool).instrument(span).await
+    }
+
+    async fn commit_inner(mut self, pool: &WorkerPool) -> Traced<CommittedBlock> {
         let mut h = header(DataOp::WriteCommit);
         h.block_id = self.block_id;
         h.len = self.written;

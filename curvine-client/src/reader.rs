@@ -9,10 +9,10 @@ use std::collections::HashSet;
 
 use bytes::Bytes;
 use curvine_common::proto::{FileStatus, LocatedBlock};
-use curvine_common::{BlockId, FsError, FsResult};
+use curvine_common::{BlockId, FsError, FsResult, RequestId};
 use tracing::warn;
 
-use crate::block_reader::BlockSource;
+use crate::block_reader::{BlockReadOpts, BlockSource};
 use crate::fs::CurvineFs;
 use crate::master::CallKind;
 use crate::pool::is_local_host;
@@ -48,6 +48,9 @@ pub struct FsReader {
     avoid: Vec<u32>,
     /// Blocks up to this index had their under-store read-ahead started.
     prefetched: usize,
+    /// The master call that located the blocks (the open), sent to the workers for
+    /// their spans.
+    req: RequestId,
 }
 
 /// Times one read asks the master for another fetcher of an uncached block.
@@ -75,7 +78,20 @@ impl FsReader {
             unyielded: 0,
             avoid: Vec::new(),
             prefetched: 0,
+            req: RequestId::default(),
         }
+    }
+
+    /// The same reader, its blocks located by master call `req`.
+    pub(crate) fn located_by(mut self, req: RequestId) -> FsReader {
+        self.req = req;
+        self
+    }
+
+    fn read_opts(&self) -> BlockReadOpts {
+        let mut opts = self.fs.read_opts();
+        opts.req = self.req;
+        opts
     }
 
     pub fn len(&self) -> u64 {
@@ -313,7 +329,7 @@ impl FsReader {
                 continue;
             }
             let (fs, id, len) = (self.fs.clone(), b.block_id, b.len);
-            let opts = fs.read_opts();
+            let opts = self.read_opts();
             rt.spawn(async move {
                 let r = BlockSource::open(
                     &fs.inner.pool,
@@ -473,7 +489,7 @@ impl FsReader {
             }
             let loc = self.blocks[bi].locations[li].clone();
             let ufs = self.blocks[bi].ufs.clone();
-            let opts = self.fs.read_opts();
+            let opts = self.read_opts();
             match BlockSource::open(
                 &self.fs.inner.pool,
                 BlockId(block_id),
