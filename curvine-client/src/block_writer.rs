@@ -14,6 +14,7 @@ use curvine_common::types::{RequestId, REQUEST_TARGET};
 use curvine_common::{FsError, FsResult};
 use tracing::{debug, debug_span, Instrument, Span};
 
+use crate::metrics::{self, IoPath};
 use crate::pool::{is_local_host, worker_addr, DataConn, WorkerPool};
 
 pub(crate) use curvine_common::block_read::DEFAULT_CHUNK_SIZE;
@@ -314,6 +315,7 @@ impl BlockWriter {
                         self.failed = Some(r.worker_id);
                         return Err(r.conn.error_after_send_failure(e).await);
                     }
+                    metrics::client().written(IoPath::Remote, data.len());
                 }
                 Sink::ShortCircuit { file, path, direct } => {
                     any_sc = true;
@@ -344,6 +346,7 @@ impl BlockWriter {
                             e,
                         ));
                     }
+                    metrics::client().written(IoPath::ShortCircuit, data.len());
                 }
             }
         }

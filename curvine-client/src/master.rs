@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use curvine_common::conf::ClientConf;
 use curvine_common::rpc::MasterRpc;
@@ -15,6 +15,7 @@ use curvine_common::{FsError, FsResult};
 use tracing::{debug, debug_span, info, warn, Instrument};
 
 use crate::master_conn::Conn;
+use crate::metrics;
 use crate::retry::RetryPolicy;
 
 /// Whether a call may be repeated safely.
@@ -181,7 +182,7 @@ impl MasterClient {
             CallKind::Once => e.is_retryable(),
         };
         // with several masters, tries go on through an election, within the call's timeout
-        let until = (self.addrs.len() > 1).then(|| std::time::Instant::now() + self.rpc_timeout);
+        let until = (self.addrs.len() > 1).then(|| Instant::now() + self.rpc_timeout);
         // every try of the call, and what it logs, in one span with the request id the
         // master's `master.call` span shows too (formatted only when the span is on)
         let span = debug_span!(
@@ -190,6 +191,7 @@ impl MasterClient {
             method = R::NAME,
             req = %req.request_id(),
         );
+        let start = Instant::now();
         let tries = self.retry.run_if_until(what, retry_if, until, |_| {
             let req = &req;
             let not_applied = &not_applied;
@@ -228,7 +230,9 @@ impl MasterClient {
                 Err(e)
             }
         });
-        tries.instrument(span).await.map_err(|e| match e {
+        let r = tries.instrument(span).await;
+        metrics::client().call(R::METHOD, start, r.as_ref().err());
+        r.map_err(|e| match e {
             FsError::Unavailable { message } => FsError::Unavailable {
                 message: format!("{what}: {message}"),
             },

@@ -15,7 +15,16 @@ use tracing::warn;
 use crate::block_reader::{BlockReadOpts, BlockSource};
 use crate::fs::CurvineFs;
 use crate::master::CallKind;
+use crate::metrics::{self, IoPath};
 use crate::pool::is_local_host;
+
+fn io_path(src: &BlockSource) -> IoPath {
+    if src.is_local() {
+        IoPath::ShortCircuit
+    } else {
+        IoPath::Remote
+    }
+}
 
 /// Whether `e` says the replica itself is bad (not just unreachable).
 fn replica_is_bad(e: &FsError) -> bool {
@@ -191,6 +200,7 @@ impl FsReader {
         }
         match src.mapped(in_off, want as usize) {
             Ok(Some(b)) if b.len() as u64 == want => {
+                metrics::client().read(IoPath::ShortCircuit, b.len());
                 self.last_end = offset + want;
                 Some(b)
             }
@@ -431,6 +441,7 @@ impl FsReader {
                         Ok(0) => self.src = None,
                         Ok(k) => {
                             self.last_end = offset + k as u64;
+                            metrics::client().read(io_path(src), k);
                             if src.is_local() {
                                 // a pread from a local file never waits; without a
                                 // yield now and then, tasks woken meanwhile on this
@@ -510,6 +521,7 @@ impl FsReader {
                         )));
                     }
                     Ok(k) => {
+                        metrics::client().read(io_path(&src), k);
                         self.src = Some((bi, li, src));
                         self.last_end = offset + k as u64;
                         return Ok(k);
