@@ -125,6 +125,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         _ => {}
     }
     let mut conf = ClusterConf::load_default(args.conf.as_deref()).context("load cluster conf")?;
+    curvine_common::web::set_recording(conf.web.metrics);
     if args.no_short_circuit {
         conf.client.short_circuit = false;
     }

@@ -191,7 +191,8 @@ impl MasterClient {
             method = R::NAME,
             req = %req.request_id(),
         );
-        let start = Instant::now();
+        // no clock reading when metrics are off (`web.metrics`)
+        let start = curvine_common::web::recording().then(Instant::now);
         let tries = self.retry.run_if_until(what, retry_if, until, |_| {
             let req = &req;
             let not_applied = &not_applied;
@@ -231,7 +232,9 @@ impl MasterClient {
             }
         });
         let r = tries.instrument(span).await;
-        metrics::client().call(R::METHOD, start, r.as_ref().err());
+        if let Some(start) = start {
+            metrics::client().call(R::METHOD, start, r.as_ref().err());
+        }
         r.map_err(|e| match e {
             FsError::Unavailable { message } => FsError::Unavailable {
                 message: format!("{what}: {message}"),

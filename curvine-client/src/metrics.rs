@@ -11,7 +11,7 @@ use std::time::Instant;
 use curvine_common::web::prometheus::{
     exponential_buckets, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts,
 };
-use curvine_common::web::register;
+use curvine_common::web::{recording, register};
 use curvine_common::FsError;
 
 macro_rules! method_table {
@@ -116,10 +116,16 @@ pub fn client() -> &'static ClientMetrics {
 
 impl ClientMetrics {
     pub(crate) fn read(&self, path: IoPath, bytes: usize) {
+        if !recording() {
+            return;
+        }
         self.read[path as usize].inc_by(bytes as u64);
     }
 
     pub(crate) fn written(&self, path: IoPath, bytes: usize) {
+        if !recording() {
+            return;
+        }
         self.written[path as usize].inc_by(bytes as u64);
     }
 

@@ -16,6 +16,7 @@ use curvine_common::proto::master_service_server::MasterService;
 use curvine_common::proto::*;
 use curvine_common::rpc::HasRequestId;
 use curvine_common::types::REQUEST_TARGET;
+use curvine_common::web::recording;
 use tonic::{Request, Response, Status};
 
 use super::service::MasterSvc;
@@ -29,7 +30,8 @@ macro_rules! metered {
         impl MasterService for Metered {
             $(
                 async fn $method(&self, req: Request<$req>) -> Result<Response<$resp>, Status> {
-                    let start = Instant::now();
+                    // no clock reading either when metrics are off (`web.metrics`)
+                    let start = recording().then(Instant::now);
                     // fields are formatted only when the span is on (REQUEST_TARGET=debug)
                     let span = debug_span!(
                         target: REQUEST_TARGET,
@@ -49,12 +51,14 @@ macro_rules! metered {
                         }
                     };
                     let code = r.as_ref().err().map(Status::code);
-                    metrics::master().call(stringify!($name), start, code);
+                    if let Some(start) = start {
+                        metrics::master().call(stringify!($name), start, code);
+                    }
                     span.in_scope(|| {
                         debug!(
                             target: REQUEST_TARGET,
                             code = ?code.unwrap_or(tonic::Code::Ok),
-                            micros = start.elapsed().as_micros() as u64,
+                            micros = start.map_or(0, |s| s.elapsed().as_micros() as u64),
                             "answered"
                         )
                     });
