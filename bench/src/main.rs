@@ -79,8 +79,13 @@ struct Args {
     /// `ufs.read`: small objects under one prefix, for the listing figures.
     #[arg(long, default_value_t = 10_000)]
     list_objects: usize,
+    /// Serve this process's client metrics at `/metrics` on this port during the run
+    /// (0: not served). A summary is printed at the end either way.
+    #[arg(long, default_value_t = 0)]
+    metrics_port: u16,
 }
 
+mod metrics;
 mod ufs;
 
 const MANIFEST: &str = "_bench_manifest";
@@ -123,6 +128,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         _ => {}
     }
     let mut conf = ClusterConf::load_default(args.conf.as_deref()).context("load cluster conf")?;
+    curvine_common::web::set_recording(conf.web.metrics);
     if args.no_short_circuit {
         conf.client.short_circuit = false;
     }
@@ -135,34 +141,44 @@ fn run(args: Args) -> anyhow::Result<()> {
         .build()
         .context("start runtime")?;
     rt.block_on(async move {
+        let stop_web = tokio_util::sync::CancellationToken::new();
+        let _stop_web = stop_web.clone().drop_guard();
+        metrics::serve(&conf, args.metrics_port, stop_web).await?;
         let fs = CurvineFs::connect(conf)
             .await
             .context("connect to the cluster")?;
-        match args.action.as_str() {
-            "fs.write" => fs_write(&fs, &args).await,
-            "fs.read" => fs_read(&fs, &args).await,
-            "meta" => meta(&fs, &args).await,
-            "ufs.read" => {
-                ufs::ufs_read(
-                    &fs,
-                    &ufs::UfsArgs {
-                        dir: args.dir.clone(),
-                        endpoint: args.ufs_endpoint.clone(),
-                        bucket: args.ufs_bucket.clone(),
-                        threads: args.client_threads,
-                        file_size: args.file_size,
-                        file_num: args.file_num,
-                        buf_size: args.buf_size as usize,
-                        list_objects: args.list_objects,
-                    },
-                )
-                .await
-            }
-            other => bail!(
-                "unknown action {other:?} (expected fs.write, fs.read, fuse.write, fuse.read, meta or ufs.read)"
-            ),
-        }
+        let before = curvine_client::metrics::client().totals();
+        let r = run_action(&fs, &args).await;
+        metrics::summary(&before, &curvine_client::metrics::client().totals())?;
+        r
     })
+}
+
+async fn run_action(fs: &CurvineFs, args: &Args) -> anyhow::Result<()> {
+    match args.action.as_str() {
+        "fs.write" => fs_write(fs, args).await,
+        "fs.read" => fs_read(fs, args).await,
+        "meta" => meta(fs, args).await,
+        "ufs.read" => {
+            ufs::ufs_read(
+                fs,
+                &ufs::UfsArgs {
+                    dir: args.dir.clone(),
+                    endpoint: args.ufs_endpoint.clone(),
+                    bucket: args.ufs_bucket.clone(),
+                    threads: args.client_threads,
+                    file_size: args.file_size,
+                    file_num: args.file_num,
+                    buf_size: args.buf_size as usize,
+                    list_objects: args.list_objects,
+                },
+            )
+            .await
+        }
+        other => bail!(
+            "unknown action {other:?} (expected fs.write, fs.read, fuse.write, fuse.read, meta or ufs.read)"
+        ),
+    }
 }
 
 fn file_path(dir: &str, i: usize) -> String {

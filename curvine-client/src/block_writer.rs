@@ -10,9 +10,11 @@ use curvine_common::aligned::AlignedBuf;
 use curvine_common::checksum::chunk_crcs_into;
 use curvine_common::frame::header;
 use curvine_common::proto::{CommittedBlock, DataOp, LocatedBlock, StorageTier};
+use curvine_common::types::{RequestId, REQUEST_TARGET};
 use curvine_common::{BlockId, FsError, FsResult, WorkerId};
-use tracing::debug;
+use tracing::{debug, debug_span, Instrument, Span};
 
+use crate::metrics::{self, IoPath};
 use crate::pool::{is_local_host, worker_addr, DataConn, WorkerPool};
 
 pub(crate) use curvine_common::block_read::DEFAULT_CHUNK_SIZE;
@@ -27,6 +29,9 @@ pub(crate) struct BlockWriteOpts {
     pub reserve: u64,
     /// Short-circuit writes to disk tiers bypass the page cache (O_DIRECT).
     pub direct_io: bool,
+    /// The master call that allocated the block, sent in WRITE_OPEN for the worker's
+    /// span.
+    pub req: RequestId,
 }
 
 enum Sink {
@@ -98,6 +103,8 @@ pub(crate) struct BlockWriter {
     ended_partial: bool,
     /// The replica whose stream failed, once one did.
     failed: Option<WorkerId>,
+    /// `client.write`: the open and the commit run in it.
+    span: Span,
 }
 
 /// A failed block write and the worker to blame, when one is known.
@@ -123,10 +130,19 @@ impl BlockWriter {
         block: &LocatedBlock,
         opts: &BlockWriteOpts,
     ) -> Traced<BlockWriter> {
+        let span = debug_span!(
+            target: REQUEST_TARGET,
+            "client.write",
+            block = block.block_id,
+            req = %opts.req,
+        );
         let mut current = None;
-        Self::open_inner(pool, block, opts, &mut current)
+        let mut bw = Self::open_inner(pool, block, opts, &mut current)
+            .instrument(span.clone())
             .await
-            .map_err(|e| (e, current))
+            .map_err(|e| (e, current))?;
+        bw.span = span;
+        Ok(bw)
     }
 
     async fn open_inner(
@@ -157,6 +173,8 @@ impl BlockWriter {
             h.reserve = opts.reserve;
             h.short_circuit = sc;
             h.token.clone_from(&opts.token);
+            h.client_id = opts.req.client;
+            h.call_id = opts.req.call;
             let (conn, ok) = pool.open(&addr, &h, &mut scratch).await?;
             if ok.op != DataOp::Ok as i32 {
                 return Err(FsError::protocol(format!(
@@ -216,6 +234,7 @@ impl BlockWriter {
             frame_crcs: Vec::new(),
             ended_partial: false,
             failed: None,
+            span: Span::none(),
         })
     }
 
@@ -296,6 +315,7 @@ impl BlockWriter {
                         self.failed = Some(r.worker_id);
                         return Err(r.conn.error_after_send_failure(e).await);
                     }
+                    metrics::client().written(IoPath::Remote, data.len());
                 }
                 Sink::ShortCircuit { file, path, direct } => {
                     any_sc = true;
@@ -326,6 +346,7 @@ impl BlockWriter {
                             e,
                         ));
                     }
+                    metrics::client().written(IoPath::ShortCircuit, data.len());
                 }
             }
         }
@@ -345,7 +366,12 @@ impl BlockWriter {
     }
 
     /// `commit`, naming the worker that failed.
-    pub(crate) async fn commit_traced(mut self, pool: &WorkerPool) -> Traced<CommittedBlock> {
+    pub(crate) async fn commit_traced(self, pool: &WorkerPool) -> Traced<CommittedBlock> {
+        let span = self.span.clone();
+        self.commit_inner(pool).instrument(span).await
+    }
+
+    async fn commit_inner(mut self, pool: &WorkerPool) -> Traced<CommittedBlock> {
         let mut h = header(DataOp::WriteCommit);
         h.block_id = self.block_id.0;
         h.len = self.written;

@@ -7,6 +7,7 @@ mod block_writer;
 mod fs;
 mod master;
 mod master_conn;
+pub mod metrics;
 mod options;
 mod pool;
 mod reader;

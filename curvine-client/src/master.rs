@@ -6,14 +6,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use curvine_common::conf::ClientConf;
 use curvine_common::rpc::MasterRpc;
+use curvine_common::types::REQUEST_TARGET;
 use curvine_common::{FsError, FsResult};
-use tracing::{debug, info, warn};
+use tracing::{debug, debug_span, info, warn, Instrument};
 
 use crate::master_conn::Conn;
+use crate::metrics;
 use crate::retry::RetryPolicy;
 
 /// Whether a call may be repeated safely.
@@ -180,53 +182,65 @@ impl MasterClient {
             CallKind::Once => e.is_retryable(),
         };
         // with several masters, tries go on through an election, within the call's timeout
-        let until = (self.addrs.len() > 1).then(|| std::time::Instant::now() + self.rpc_timeout);
-        self.retry
-            .run_if_until(what, retry_if, until, |_| {
-                let req = &req;
-                let not_applied = &not_applied;
-                async move {
-                    not_applied.store(false, Ordering::Relaxed);
-                    let (idx, res) = match self.conn().await {
-                        Ok((idx, conn)) => (idx, conn.call(req, self.rpc_timeout).await),
-                        Err(error) => {
-                            // unreachable (refused, or no answer within connect_timeout,
-                            // as a host cut off the network): try the next master, even
-                            // when this one was the leader a moment ago
-                            let idx = self.lock().0;
-                            self.failover(idx, None);
-                            let ce = crate::master_conn::CallError {
-                                error,
-                                not_applied: true,
-                            };
-                            (idx, Err(ce))
-                        }
-                    };
-                    let e = match res {
-                        Ok(v) => return Ok(v),
-                        Err(ce) => {
-                            not_applied.store(ce.not_applied, Ordering::Relaxed);
-                            ce.error
-                        }
-                    };
-                    match &e {
-                        FsError::NotLeader { leader } => {
-                            let hint = (!leader.is_empty()).then_some(leader.as_str());
-                            self.failover(idx, hint);
-                        }
-                        FsError::Unavailable { .. } => self.failover(idx, None),
-                        _ => {}
+        let until = (self.addrs.len() > 1).then(|| Instant::now() + self.rpc_timeout);
+        // every try of the call, and what it logs, in one span with the request id the
+        // master's `master.call` span shows too (formatted only when the span is on)
+        let span = debug_span!(
+            target: REQUEST_TARGET,
+            "client.call",
+            method = R::NAME,
+            req = %req.request_id(),
+        );
+        // no clock reading when metrics are off (`web.metrics`)
+        let start = curvine_common::web::recording().then(Instant::now);
+        let tries = self.retry.run_if_until(what, retry_if, until, |_| {
+            let req = &req;
+            let not_applied = &not_applied;
+            async move {
+                not_applied.store(false, Ordering::Relaxed);
+                let (idx, res) = match self.conn().await {
+                    Ok((idx, conn)) => (idx, conn.call(req, self.rpc_timeout).await),
+                    Err(error) => {
+                        // unreachable (refused, or no answer within connect_timeout,
+                        // as a host cut off the network): try the next master, even
+                        // when this one was the leader a moment ago
+                        let idx = self.lock().0;
+                        self.failover(idx, None);
+                        let ce = crate::master_conn::CallError {
+                            error,
+                            not_applied: true,
+                        };
+                        (idx, Err(ce))
                     }
-                    Err(e)
+                };
+                let e = match res {
+                    Ok(v) => return Ok(v),
+                    Err(ce) => {
+                        not_applied.store(ce.not_applied, Ordering::Relaxed);
+                        ce.error
+                    }
+                };
+                match &e {
+                    FsError::NotLeader { leader } => {
+                        let hint = (!leader.is_empty()).then_some(leader.as_str());
+                        self.failover(idx, hint);
+                    }
+                    FsError::Unavailable { .. } => self.failover(idx, None),
+                    _ => {}
                 }
-            })
-            .await
-            .map_err(|e| match e {
-                FsError::Unavailable { message } => FsError::Unavailable {
-                    message: format!("{what}: {message}"),
-                },
-                other => other,
-            })
+                Err(e)
+            }
+        });
+        let r = tries.instrument(span).await;
+        if let Some(start) = start {
+            metrics::client().call(R::METHOD, start, r.as_ref().err());
+        }
+        r.map_err(|e| match e {
+            FsError::Unavailable { message } => FsError::Unavailable {
+                message: format!("{what}: {message}"),
+            },
+            other => other,
+        })
     }
 }
 

@@ -9,13 +9,22 @@ use std::collections::HashSet;
 
 use bytes::Bytes;
 use curvine_common::proto::{FileStatus, LocatedBlock};
-use curvine_common::{BlockId, FsError, FsResult, WorkerId};
+use curvine_common::{BlockId, FsError, FsResult, RequestId, WorkerId};
 use tracing::warn;
 
-use crate::block_reader::BlockSource;
+use crate::block_reader::{BlockReadOpts, BlockSource};
 use crate::fs::CurvineFs;
 use crate::master::CallKind;
+use crate::metrics::{self, IoPath};
 use crate::pool::is_local_host;
+
+fn io_path(src: &BlockSource) -> IoPath {
+    if src.is_local() {
+        IoPath::ShortCircuit
+    } else {
+        IoPath::Remote
+    }
+}
 
 /// Whether `e` says the replica itself is bad (not just unreachable).
 fn replica_is_bad(e: &FsError) -> bool {
@@ -48,6 +57,9 @@ pub struct FsReader {
     avoid: Vec<WorkerId>,
     /// Blocks up to this index had their under-store read-ahead started.
     prefetched: usize,
+    /// The master call that located the blocks (the open), sent to the workers for
+    /// their spans.
+    req: RequestId,
 }
 
 /// Times one read asks the master for another fetcher of an uncached block.
@@ -75,7 +87,20 @@ impl FsReader {
             unyielded: 0,
             avoid: Vec::new(),
             prefetched: 0,
+            req: RequestId::default(),
         }
+    }
+
+    /// The same reader, its blocks located by master call `req`.
+    pub(crate) fn located_by(mut self, req: RequestId) -> FsReader {
+        self.req = req;
+        self
+    }
+
+    fn read_opts(&self) -> BlockReadOpts {
+        let mut opts = self.fs.read_opts();
+        opts.req = self.req;
+        opts
     }
 
     pub fn len(&self) -> u64 {
@@ -175,6 +200,7 @@ impl FsReader {
         }
         match src.mapped(in_off, want as usize) {
             Ok(Some(b)) if b.len() as u64 == want => {
+                metrics::client().read(IoPath::ShortCircuit, b.len());
                 self.last_end = offset + want;
                 Some(b)
             }
@@ -313,7 +339,7 @@ impl FsReader {
                 continue;
             }
             let (fs, id, len) = (self.fs.clone(), b.block_id, b.len);
-            let opts = fs.read_opts();
+            let opts = self.read_opts();
             rt.spawn(async move {
                 let r = BlockSource::open(
                     &fs.inner.pool,
@@ -416,6 +442,7 @@ impl FsReader {
                         Ok(0) => self.src = None,
                         Ok(k) => {
                             self.last_end = offset + k as u64;
+                            metrics::client().read(io_path(src), k);
                             if src.is_local() {
                                 // a pread from a local file never waits; without a
                                 // yield now and then, tasks woken meanwhile on this
@@ -474,7 +501,7 @@ impl FsReader {
             }
             let loc = self.blocks[bi].locations[li].clone();
             let ufs = self.blocks[bi].ufs.clone();
-            let opts = self.fs.read_opts();
+            let opts = self.read_opts();
             match BlockSource::open(
                 &self.fs.inner.pool,
                 BlockId(block_id),
@@ -495,6 +522,7 @@ impl FsReader {
                         )));
                     }
                     Ok(k) => {
+                        metrics::client().read(io_path(&src), k);
                         self.src = Some((bi, li, src));
                         self.last_end = offset + k as u64;
                         return Ok(k);

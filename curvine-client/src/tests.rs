@@ -47,6 +47,7 @@ fn write_opts(short_circuit: bool) -> BlockWriteOpts {
         client_host: "127.0.0.1".into(),
         reserve: 1 << 20,
         direct_io: true,
+        req: Default::default(),
     }
 }
 

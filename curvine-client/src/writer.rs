@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use curvine_common::aligned::AlignedBuf;
 use curvine_common::proto::{CommittedBlock, FileStatus, LocatedBlock};
-use curvine_common::{BlockId, FsError, FsResult, WorkerId};
+use curvine_common::{BlockId, FsError, FsResult, RequestId, WorkerId};
 use tracing::{debug, warn};
 
 use crate::block_writer::{BlockWriter, Traced, DEFAULT_CHUNK_SIZE};
@@ -157,6 +157,9 @@ pub struct FsWriter {
     block: Option<BlockWriter>,
     /// The block allocated with the create, until the first write opens it.
     first_block: Option<LocatedBlock>,
+    /// The master call that allocated the block being written (the create, the append,
+    /// then each add_block), sent to its workers for their spans.
+    req: RequestId,
     /// Blocks committed since the last add_block / complete.
     committed: Vec<CommittedBlock>,
     chunk_size: usize,
@@ -189,6 +192,7 @@ impl FsWriter {
         fs: CurvineFs,
         status: FileStatus,
         first_block: Option<LocatedBlock>,
+        req: RequestId,
     ) -> Self {
         let block_size = if status.block_size > 0 {
             status.block_size
@@ -206,6 +210,7 @@ impl FsWriter {
             in_block: 0,
             block: None,
             first_block,
+            req,
             committed: Vec::new(),
             chunk_size: DEFAULT_CHUNK_SIZE,
             failed: None,
@@ -449,7 +454,8 @@ impl FsWriter {
                 }
                 Err(e) => return Err(e),
             };
-            let opts = self.fs.write_opts(self.block_size);
+            let mut opts = self.fs.write_opts(self.block_size);
+            opts.req = self.req;
             match BlockWriter::open_traced(&self.fs.inner.pool, &located, &opts).await {
                 Ok(bw) => {
                     self.chunk_size = bw.chunk_size();
@@ -489,10 +495,16 @@ impl FsWriter {
                 self.excluded.iter().map(|w| w.0).collect(),
             )
             .await;
-        if r.is_err() {
-            self.committed = previous;
+        match r {
+            Ok((block, req)) => {
+                self.req = req;
+                Ok(block)
+            }
+            Err(e) => {
+                self.committed = previous;
+                Err(e)
+            }
         }
-        r
     }
 
     /// Record a replica failure: Ok = try a fresh allocation, Err = give up.

@@ -26,4 +26,4 @@ pub mod proto {
 
 pub use conf::ClusterConf;
 pub use error::{ErrorCode, FsError, FsResult};
-pub use types::{BlockId, InodeId, WorkerId};
+pub use types::{BlockId, InodeId, RequestId, WorkerId};

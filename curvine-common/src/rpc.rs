@@ -20,6 +20,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::error::{FsError, FsResult};
 use crate::proto::*;
+use crate::types::RequestId;
 
 pub const HELLO_MAGIC: [u8; 4] = *b"CVMR";
 pub const VERSION: u8 = 1;
@@ -31,8 +32,61 @@ pub const REPLY_OK: u8 = 0;
 pub const REPLY_ERR: u8 = 1;
 pub const REPLY_GOAWAY: u8 = 2;
 
+/// The request id a master call carries (`CallerInfo.client_id` and `call_id`), for
+/// the spans that follow it through client and master; none for calls without a caller.
+pub trait HasRequestId {
+    fn request_id(&self) -> RequestId;
+}
+
+macro_rules! with_caller {
+    ($($req:ident)*) => {
+        $(impl HasRequestId for $req {
+            fn request_id(&self) -> RequestId {
+                self.caller.as_ref().map_or_else(RequestId::default, |c| RequestId {
+                    client: c.client_id,
+                    call: c.call_id,
+                })
+            }
+        })*
+    };
+}
+with_caller! {
+    AbandonRequest AddBlockRequest AddMasterRequest AppendRequest CancelLoadRequest
+    CompleteRequest CreateRequest DecommissionRequest DeleteRequest FreeRequest
+    GetStatusRequest GetXattrRequest LinkRequest ListMastersRequest ListRequest
+    ListXattrRequest MkdirRequest MknodRequest MountRequest OpenRequest PersistRequest
+    ReadlinkRequest RemoveMasterRequest RemoveXattrRequest RenameRequest
+    ReportBadBlockRequest ResyncRequest SetAttrRequest SetXattrRequest SubmitLoadRequest
+    SymlinkRequest SyncRequest TruncateRequest UmountRequest
+}
+
+macro_rules! without_caller {
+    ($($req:ident)*) => {
+        $(impl HasRequestId for $req {
+            fn request_id(&self) -> RequestId {
+                RequestId::default()
+            }
+        })*
+    };
+}
+without_caller! {
+    ReportRequest RegisterRequest HeartbeatRequest WatchRequest BlockReportPage
+    ListMountsRequest GetMountRequest SyncJournalRequest GetLoadRequest
+}
+
+impl HasRequestId for RenewLeaseRequest {
+    fn request_id(&self) -> RequestId {
+        RequestId {
+            client: self.client_id,
+            call: 0,
+        }
+    }
+}
+
 /// A master call that can travel over this transport: its method number and reply type.
-pub trait MasterRpc: prost::Message + Default + Clone + Send + Sync + 'static {
+pub trait MasterRpc:
+    prost::Message + Default + Clone + Send + Sync + HasRequestId + 'static
+{
     const METHOD: u16;
     const NAME: &'static str;
     type Response: prost::Message + Default + Send + 'static;

@@ -30,6 +30,37 @@ impl BlockId {
     }
 }
 
+/// The tracing target of the request spans (`client.call`, `master.call`,
+/// `worker.read`, `worker.write`, ...): `log.level = "info,curvine::request=debug"` turns
+/// them and their one line per request on (docs/architecture.md, "Request ids").
+pub const REQUEST_TARGET: &str = "curvine::request";
+
+/// One client request as every process logs it: the client's random id and the call's
+/// number among that client's calls (`CallerInfo.client_id` and `call_id`; on the data
+/// plane `DataHeader.client_id` and `call_id`). A block stream carries the id of the
+/// master call that located or allocated its block. Shown as `<client hex>-<call>`;
+/// all zero (`-`) when the caller sent none (workers, older clients).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct RequestId {
+    pub client: u64,
+    pub call: u64,
+}
+
+impl RequestId {
+    pub fn is_none(self) -> bool {
+        self.client == 0 && self.call == 0
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_none() {
+            return f.write_str("-");
+        }
+        write!(f, "{:x}-{}", self.client, self.call)
+    }
+}
+
 impl fmt::Display for BlockId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)

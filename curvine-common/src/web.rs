@@ -11,6 +11,7 @@
 
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -126,6 +127,23 @@ static PROCESS: LazyLock<ProcessMetrics> = LazyLock::new(|| {
     );
     ProcessMetrics { build, start }
 });
+
+/// Whether this process records metrics on its request paths (`web.metrics`).
+static RECORDING: AtomicBool = AtomicBool::new(true);
+
+/// Whether metrics are recorded: with `web.metrics = false` every counter and histogram
+/// update on the request paths (master calls, the WAL sync, worker and client bytes,
+/// client calls, mount requests) is skipped, clock readings included, so the cost of
+/// recording can be measured against a run without it (`bin/metrics-cost.sh`).
+#[inline]
+pub fn recording() -> bool {
+    RECORDING.load(Ordering::Relaxed)
+}
+
+/// Set once by a process's main from its conf (`web.metrics`).
+pub fn set_recording(on: bool) {
+    RECORDING.store(on, Ordering::Relaxed);
+}
 
 /// Register `metric` in the process's registry; a failure (a name taken twice, a bug) is
 /// logged and leaves the metric working but unexported.

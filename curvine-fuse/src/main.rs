@@ -88,6 +88,7 @@ fn log_filter(level: &str) -> String {
 }
 
 fn init_log(conf: &ClusterConf) -> curvine_common::FsResult<()> {
+    curvine_common::web::set_recording(conf.web.metrics);
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_filter(&conf.log.level)));
     curvine_common::logging::init(&conf.log, filter, "fuse")

@@ -131,6 +131,9 @@ impl FuseMetrics {
     /// One answered request of `op` that started at `start`; `errno` is the positive
     /// error number it failed with, if it did.
     pub fn request(&self, op: &'static str, start: Instant, errno: Option<i32>) {
+        if !curvine_common::web::recording() {
+            return;
+        }
         if let Some((n, latency)) = self.ops.get(op) {
             n.inc();
             latency.observe(start.elapsed().as_secs_f64());

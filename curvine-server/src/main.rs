@@ -206,6 +206,7 @@ async fn wait_for_signal() {
 
 fn init_logging(conf: &ClusterConf, role: &str) -> anyhow::Result<()> {
     use tracing_subscriber::EnvFilter;
+    curvine_common::web::set_recording(conf.web.metrics);
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&conf.log.level))
         .with_context(|| format!("log.level {:?}", conf.log.level))?;

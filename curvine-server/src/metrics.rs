@@ -14,7 +14,7 @@ use curvine_common::web::prometheus::{
     exponential_buckets, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
     IntGauge, IntGaugeVec, Opts,
 };
-use curvine_common::web::register;
+use curvine_common::web::{recording, register};
 
 macro_rules! method_names {
     ($($id:literal $name:ident $req:ident $resp:ident $f:ident;)*) => {
@@ -348,10 +348,16 @@ pub fn worker() -> &'static WorkerMetrics {
 
 impl WorkerMetrics {
     pub fn read(&self, tier: StorageTier, path: IoPath, bytes: u64) {
+        if !recording() {
+            return;
+        }
         self.read[tier_index(tier)][path as usize].inc_by(bytes);
     }
 
     pub fn written(&self, tier: StorageTier, path: IoPath, bytes: u64) {
+        if !recording() {
+            return;
+        }
         self.written[tier_index(tier)][path as usize].inc_by(bytes);
     }
 
@@ -381,19 +387,24 @@ impl WorkerMetrics {
     }
 }
 
-/// Counts a data-plane connection while it is open.
-pub struct OpenStream(());
+/// Counts a data-plane connection while it is open (when metrics are recorded).
+pub struct OpenStream(bool);
 
 impl OpenStream {
     pub fn open() -> OpenStream {
-        worker().open_streams.inc();
-        OpenStream(())
+        let on = recording();
+        if on {
+            worker().open_streams.inc();
+        }
+        OpenStream(on)
     }
 }
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
-        worker().open_streams.dec();
+        if self.0 {
+            worker().open_streams.dec();
+        }
     }
 }
 

@@ -70,6 +70,9 @@ fn any_header() -> impl Strategy<Value = DataHeader> {
                     token,
                     reserve,
                     ufs: None,
+                    // arbitrary request ids (only logged)
+                    client_id: reserve,
+                    call_id: bl,
                 }
             },
         )

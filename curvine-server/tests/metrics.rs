@@ -1,6 +1,6 @@
-//! Metrics move with the work done: the worker's byte counters grow by exactly what this
-//! test wrote and read, by path, and the master's error counters by the failures it
-//! provoked. One test in its own binary: the counters are per process, and no other test
+//! Metrics move with the work done: the worker's and the client's byte counters grow by
+//! exactly what this test wrote and read, by path, and the master's and the client's
+//! error counters by the failures it provoked. One test in its own binary: the counters are per process, and no other test
 //! may move them meanwhile.
 
 use curvine_client::CurvineFs;
@@ -57,6 +57,19 @@ async fn counters_grow_by_the_work_done() {
         delta("curvine_worker_written_bytes_total", "short_circuit"),
         0.0
     );
+    // the client's own counters (this process's registry, exported on every port here)
+    assert_eq!(
+        delta("curvine_client_written_bytes_total", "remote"),
+        len as f64
+    );
+    assert_eq!(
+        delta("curvine_client_read_bytes_total", "remote"),
+        len as f64
+    );
+    assert_eq!(
+        delta("curvine_client_read_bytes_total", "short_circuit"),
+        0.0
+    );
 
     // short-circuit writes and reads
     let before = scrape(wweb).await;
@@ -77,6 +90,15 @@ async fn counters_grow_by_the_work_done() {
         len2 as f64
     );
     assert_eq!(delta("curvine_worker_written_bytes_total", "remote"), 0.0);
+    assert_eq!(
+        delta("curvine_client_written_bytes_total", "short_circuit"),
+        len2 as f64
+    );
+    assert_eq!(
+        delta("curvine_client_read_bytes_total", "short_circuit"),
+        len2 as f64
+    );
+    assert_eq!(delta("curvine_client_read_bytes_total", "remote"), 0.0);
     // both files are stored: the tier gauges see them
     let stored = metric_sum(&after, "curvine_worker_blocks", &[]);
     assert!(stored >= 2.0, "blocks gauge {stored}");
@@ -91,6 +113,17 @@ async fn counters_grow_by_the_work_done() {
     assert_eq!(
         metric_sum(&after, "curvine_master_calls_total", &not_found)
             - metric_sum(&before, "curvine_master_calls_total", &not_found),
+        5.0
+    );
+    assert_eq!(
+        metric_sum(&after, "curvine_client_master_calls_total", &not_found)
+            - metric_sum(&before, "curvine_client_master_calls_total", &not_found),
+        5.0
+    );
+    let stats = [("method", "GetStatus")];
+    let timed = "curvine_client_master_call_duration_seconds_count";
+    assert_eq!(
+        metric_sum(&after, timed, &stats) - metric_sum(&before, timed, &stats),
         5.0
     );
     let ok_creates = [("method", "Create"), ("code", "Ok")];

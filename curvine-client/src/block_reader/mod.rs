@@ -14,7 +14,9 @@ mod tests;
 use bytes::{Bytes, BytesMut};
 use curvine_common::block_read::{check_opened, read_open};
 use curvine_common::proto::{BlockLocation, UfsRange};
-use curvine_common::{BlockId, FsResult};
+use curvine_common::types::REQUEST_TARGET;
+use curvine_common::{BlockId, FsResult, RequestId};
+use tracing::{debug_span, Instrument};
 
 use crate::pool::{is_local_host, worker_addr, WorkerPool};
 use local::LocalBlock;
@@ -28,6 +30,8 @@ pub(crate) struct BlockReadOpts {
     pub client_host: String,
     /// Read SSD and HDD block files with O_DIRECT (`client.direct_io`).
     pub direct_io: bool,
+    /// The master call that located the block, sent in READ_OPEN for the worker's span.
+    pub req: RequestId,
 }
 
 /// An open replica of a block.
@@ -58,12 +62,36 @@ impl BlockSource {
         ufs: Option<&UfsRange>,
         opts: &BlockReadOpts,
     ) -> FsResult<BlockSource> {
+        let span = debug_span!(
+            target: REQUEST_TARGET,
+            "client.read",
+            block = block_id.0,
+            req = %opts.req,
+        );
+        Self::open_inner(pool, block_id, need_len, loc, offset, len, ufs, opts)
+            .instrument(span)
+            .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn open_inner(
+        pool: &WorkerPool,
+        block_id: BlockId,
+        need_len: u64,
+        loc: &BlockLocation,
+        offset: u64,
+        len: u64,
+        ufs: Option<&UfsRange>,
+        opts: &BlockReadOpts,
+    ) -> FsResult<BlockSource> {
         let a = loc.address.clone().unwrap_or_default();
         let addr = worker_addr(&a);
         let sc = opts.short_circuit && ufs.is_none() && is_local_host(&a.host, &opts.client_host);
         let mut h = read_open(block_id, offset, len, &opts.token);
         h.short_circuit = sc;
         h.ufs = ufs.cloned();
+        h.client_id = opts.req.client;
+        h.call_id = opts.req.call;
         let mut frame = BytesMut::new();
         let (conn, ok) = pool.open(&addr, &h, &mut frame).await?;
         check_opened(&addr, block_id, need_len, &ok)?;

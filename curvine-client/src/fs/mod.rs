@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use curvine_common::path::{normalize_within, MAX_MOUNT_PATH_LEN, MAX_PATH_LEN};
 use curvine_common::proto::{self, CallerInfo, FileStatus, StorageTier};
-use curvine_common::{ClusterConf, FsError, FsResult, WorkerId};
+use curvine_common::rpc::HasRequestId;
+use curvine_common::{ClusterConf, FsError, FsResult, RequestId, WorkerId};
 use tokio::sync::watch;
 
 use crate::block_reader::BlockReadOpts;
@@ -228,6 +229,7 @@ impl CurvineFs {
             client_host: c.client.hostname.clone(),
             reserve,
             direct_io: c.client.direct_io,
+            req: RequestId::default(),
         }
     }
 
@@ -239,6 +241,7 @@ impl CurvineFs {
             verify_checksum: c.client.verify_checksum,
             client_host: c.client.hostname.clone(),
             direct_io: c.client.direct_io,
+            req: RequestId::default(),
         }
     }
 
@@ -305,9 +308,10 @@ impl CurvineFs {
             exclusive: opts.exclusive,
             first_block: opts.first_block,
         };
+        let id = req.request_id();
         let r = rpc!(self, "create", Once, req).await?;
         let status = status_of(r.status, "create")?;
-        Ok(FsWriter::new(self.clone(), status, r.first_block))
+        Ok(FsWriter::new(self.clone(), status, r.first_block, id))
     }
 
     /// A writer at the end of `path`. A hole a truncate left past the file's data is
@@ -327,10 +331,11 @@ impl CurvineFs {
             path: self.norm(path)?,
             caller: self.caller(),
         };
+        let id = req.request_id();
         let r = rpc!(self, "append", Once, req).await?;
         let status = status_of(r.status, "append")?;
         // the writer continues in a new block: the last one stays as it is
-        Ok(FsWriter::new(self.clone(), status, None))
+        Ok(FsWriter::new(self.clone(), status, None, id))
     }
 
     pub async fn open(&self, path: &str) -> FsResult<FsReader> {
@@ -339,9 +344,10 @@ impl CurvineFs {
             caller: self.caller(),
             exclude_fetchers: Vec::new(),
         };
+        let id = req.request_id();
         let r = rpc!(self, "open", Idempotent, req).await?;
         let status = status_of(r.status, "open")?;
-        Ok(FsReader::new(self.clone(), status, r.blocks))
+        Ok(FsReader::new(self.clone(), status, r.blocks).located_by(id))
     }
 
     /// The blocks of `path` as `block_locations` gives them, with uncached blocks

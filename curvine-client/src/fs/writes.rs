@@ -5,7 +5,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use curvine_common::proto::{self, FileStatus};
-use curvine_common::{FsError, FsResult};
+use curvine_common::rpc::HasRequestId;
+use curvine_common::{FsError, FsResult, RequestId};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
@@ -28,7 +29,7 @@ impl CurvineFs {
         path: &str,
         previous: Vec<proto::CommittedBlock>,
         excluded_workers: Vec<u32>,
-    ) -> FsResult<proto::LocatedBlock> {
+    ) -> FsResult<(proto::LocatedBlock, RequestId)> {
         let req = proto::AddBlockRequest {
             file_id,
             path: path.to_string(),
@@ -36,9 +37,12 @@ impl CurvineFs {
             caller: self.caller(),
             excluded_workers,
         };
+        let id = req.request_id();
         let r = rpc!(self, "add_block", Once, req).await?;
-        r.block
-            .ok_or_else(|| FsError::protocol("add_block reply without a block"))
+        let block = r
+            .block
+            .ok_or_else(|| FsError::protocol("add_block reply without a block"))?;
+        Ok((block, id))
     }
 
     pub(crate) async fn complete(

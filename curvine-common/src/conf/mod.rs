@@ -577,12 +577,24 @@ impl Default for LogConf {
 }
 
 /// The web ports of every process (`master.web_port`, `worker.web_port`, `fuse.web_port`).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WebConf {
     /// With `cluster.auth_token` set, also require it on `/metrics`, `/healthz` and
     /// `/readyz` (the console and `/api` always require it then).
     pub metrics_auth: bool,
+    /// Record metrics on the request paths; false skips every update (the counters stay
+    /// at 0), to measure what recording costs. Read when a process starts.
+    pub metrics: bool,
+}
+
+impl Default for WebConf {
+    fn default() -> Self {
+        WebConf {
+            metrics_auth: false,
+            metrics: true,
+        }
+    }
 }
 
 /// The smallest file cache (`master.file_cache`) the master accepts, besides 0.

@@ -137,13 +137,15 @@ fn sync_loop(sh: Arc<Shared>, store: Arc<Store>, task: Task) {
             w.1
         };
         let target = sh.written.load(Ordering::SeqCst);
-        let started = std::time::Instant::now();
+        let started = curvine_common::web::recording().then(std::time::Instant::now);
         task.busy("fsync the metadata WAL");
         match store.sync_wal() {
             Ok(()) => {
-                crate::metrics::master()
-                    .journal_sync
-                    .observe(started.elapsed().as_secs_f64());
+                if let Some(t) = started {
+                    crate::metrics::master()
+                        .journal_sync
+                        .observe(t.elapsed().as_secs_f64());
+                }
                 sh.synced.send_replace(target);
                 task.idle();
             }

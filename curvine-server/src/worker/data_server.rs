@@ -1,7 +1,9 @@
 //! Data-plane server: accepts framed TCP connections and runs one operation at a time
 //! per connection (see the protocol in `curvine.proto` above `enum DataOp`). Any error
 //! is answered with an ERROR frame and the connection is closed; the staging file and
-//! reservation of an unfinished write are released when its `WriteHandle` drops.
+//! reservation of an unfinished write are released when its `WriteHandle` drops. Each
+//! operation runs in a `worker.read` / `worker.write` span with the request id the
+//! client sent (target `curvine::request`, debug level).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,13 +13,14 @@ use bytes::BytesMut;
 use curvine_common::frame::{error_header, read_frame, write_frame};
 use curvine_common::proto::{DataHeader, DataOp};
 use curvine_common::tasks::Task;
+use curvine_common::types::{RequestId, REQUEST_TARGET};
 use curvine_common::{FsError, FsResult};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, info, warn};
+use tracing::{debug, debug_span, info, warn, Instrument, Span};
 
 use super::block_store::BlockStore;
 use super::{read_path, write_path};
@@ -147,11 +150,8 @@ async fn handle_conn(ctx: Arc<DataCtx>, stream: TcpStream, peer: SocketAddr) {
         spare: Vec::new(),
     };
     debug!(%peer, "data connection opened");
+    // serve_conn logged the failure (in the operation's span)
     if let Err(e) = serve_conn(&ctx, &mut conn).await {
-        match e {
-            FsError::Io { .. } => debug!(%peer, error = %e, "data connection failed"),
-            _ => info!(%peer, error = %e, "data request failed"),
-        }
         let _ = conn.send(&error_header(&e), &[]).await;
         let _ = conn.wr.shutdown().await;
         linger(&mut conn).await;
@@ -173,27 +173,72 @@ async fn linger(conn: &mut Conn) {
     let _ = tokio::time::timeout(ERROR_LINGER, drain).await;
 }
 
+/// The span of one data operation: the block and the request id the client sent with
+/// its `*_OPEN` (see `RequestId`); fields are formatted only when the span is on.
+macro_rules! op_span {
+    ($name:literal, $h:expr) => {
+        debug_span!(
+            target: REQUEST_TARGET,
+            $name,
+            block = $h.block_id,
+            req = %RequestId { client: $h.client_id, call: $h.call_id },
+        )
+    };
+}
+
+/// The end of one data operation, in its span: one line when request spans are on, and
+/// the failure logged there (so it carries the request id) before the connection closes.
+fn ended(span: &Span, peer: SocketAddr, r: FsResult<()>) -> FsResult<()> {
+    let _in = span.enter();
+    match &r {
+        Ok(()) => debug!(target: REQUEST_TARGET, "served"),
+        Err(e) => log_failure(peer, e),
+    }
+    r
+}
+
+fn log_failure(peer: SocketAddr, e: &FsError) {
+    match e {
+        FsError::Io { .. } => debug!(%peer, error = %e, "data connection failed"),
+        _ => info!(%peer, error = %e, "data request failed"),
+    }
+}
+
 async fn serve_conn(ctx: &DataCtx, conn: &mut Conn) -> FsResult<()> {
+    let peer = conn.peer;
     loop {
-        let Some(h) = read_frame(&mut conn.rd, &mut conn.buf, ctx.max_frame).await? else {
-            return Ok(());
+        let h = match read_frame(&mut conn.rd, &mut conn.buf, ctx.max_frame).await {
+            Ok(Some(h)) => h,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                log_failure(conn.peer, &e);
+                return Err(e);
+            }
         };
         match DataOp::try_from(h.op) {
             Ok(DataOp::WriteOpen) => {
-                ctx.check_token(&h, conn.peer)?;
-                write_path::handle_write(ctx, conn, h).await?;
+                let span = op_span!("worker.write", h);
+                let r = async {
+                    ctx.check_token(&h, conn.peer)?;
+                    write_path::handle_write(ctx, conn, h).await
+                };
+                ended(&span, peer, r.instrument(span.clone()).await)?;
             }
             Ok(DataOp::ReadOpen) => {
-                ctx.check_token(&h, conn.peer)?;
-                read_path::handle_read(ctx, conn, h).await?;
+                let span = op_span!("worker.read", h);
+                let r = async {
+                    ctx.check_token(&h, conn.peer)?;
+                    read_path::handle_read(ctx, conn, h).await
+                };
+                ended(&span, peer, r.instrument(span.clone()).await)?;
             }
             // nothing in progress: a late cancel or abort is harmless
             Ok(DataOp::ReadCancel) | Ok(DataOp::WriteAbort) => {}
             _ => {
-                return Err(FsError::protocol(format!(
-                    "unexpected data op {} on an idle connection",
-                    h.op
-                )))
+                let e =
+                    FsError::protocol(format!("unexpected data op {} on an idle connection", h.op));
+                log_failure(conn.peer, &e);
+                return Err(e);
             }
         }
     }
