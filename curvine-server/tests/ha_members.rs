@@ -135,10 +135,15 @@ async fn masters_lists_the_roles_the_leader_sees() {
     // a follower refuses, naming the leader
     let f = (l + 1) % 3;
     let ffs = CurvineFs::connect(c.conf_of(f)).await.unwrap();
-    match ffs.list_masters().await {
-        Err(FsError::NotLeader { leader }) => assert_eq!(leader, c.addr(l).to_string()),
-        other => panic!("a follower listed the masters: {other:?}"),
-    }
+    // (the follower names the leader once a heartbeat of this term has reached it)
+    let named = wait_until(WAIT, || async {
+        match ffs.list_masters().await {
+            Err(FsError::NotLeader { leader }) => leader == c.addr(l).to_string(),
+            other => panic!("a follower listed the masters: {other:?}"),
+        }
+    })
+    .await;
+    assert!(named.is_ok(), "the follower does not name the leader");
 
     // a stopped follower turns unreachable
     c.stop(f).await.unwrap();
@@ -187,6 +192,9 @@ async fn bad_membership_changes_are_refused() {
     for i in (0..3).filter(|&i| i != l) {
         fs.remove_master(i as u64 + 1).await.unwrap();
     }
+    // the leader's view of the membership follows the commit of the change
+    let alone = wait_until(WAIT, || async { masters(&c, l).await.len() == 1 }).await;
+    assert!(alone.is_ok(), "{:?}", masters(&c, l).await);
     match fs.remove_master(l as u64 + 1).await {
         Err(FsError::InvalidArgument { message }) => assert!(message.contains("last voter")),
         other => panic!("removed the last voter: {other:?}"),
