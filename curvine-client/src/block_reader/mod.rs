@@ -14,9 +14,7 @@ mod tests;
 use bytes::{Bytes, BytesMut};
 use curvine_common::block_read::{check_opened, read_open};
 use curvine_common::proto::{BlockLocation, UfsRange};
-use curvine_common::types::REQUEST_TARGET;
 use curvine_common::{BlockId, FsResult, RequestId};
-use tracing::{debug_span, Instrument};
 
 use crate::pool::{is_local_host, worker_addr, WorkerPool};
 use local::LocalBlock;
@@ -52,29 +50,14 @@ impl BlockSource {
     /// on the worker yet; it fetches it from this range of the under-store (streamed,
     /// never short-circuit).
     #[allow(clippy::too_many_arguments)]
+    #[tracing::instrument(
+        target = "curvine::request",
+        name = "client.read",
+        level = "debug",
+        skip_all,
+        fields(block = block_id.0, req = %opts.req)
+    )]
     pub(crate) async fn open(
-        pool: &WorkerPool,
-        block_id: BlockId,
-        need_len: u64,
-        loc: &BlockLocation,
-        offset: u64,
-        len: u64,
-        ufs: Option<&UfsRange>,
-        opts: &BlockReadOpts,
-    ) -> FsResult<BlockSource> {
-        let span = debug_span!(
-            target: REQUEST_TARGET,
-            "client.read",
-            block = block_id.0,
-            req = %opts.req,
-        );
-        Self::open_inner(pool, block_id, need_len, loc, offset, len, ufs, opts)
-            .instrument(span)
-            .await
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn open_inner(
         pool: &WorkerPool,
         block_id: BlockId,
         need_len: u64,
