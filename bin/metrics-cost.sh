@@ -34,11 +34,13 @@ one_round() {
   out+=$'\n'$("$CURVINE_HOME/bin/curvine-bench.sh" fs.read /metrics-cost) || die "fs.read failed"
   out+=$'\n'$(FILE_NUM="${META_FILES:-20000}" "$CURVINE_HOME/bin/curvine-bench.sh" meta /metrics-cost) ||
     die "meta failed"
-  echo "$out" | awk '
+  local figures
+  figures=$(echo "$out" | awk '
     $1 ~ /^fs\.(write|read):$/ && $3 == "GiB/s" { sub(":", "", $1); print $1, $2 }
     $1 ~ /^meta\.[a-z]+:$/ && $NF == "ops/s" { sub(":", "", $1); print $1, $(NF-1) }
-  ' >>"$work/$mode.txt"
-  echo "round $r $mode: $(tr '\n' ' ' <"$work/$mode.txt" | tail -c 200)" >&2
+  ')
+  echo "$figures" >>"$work/$mode.txt"
+  echo "round $r $mode: $(echo "$figures" | tr '\n' ' ')" >&2
 }
 
 for r in $(seq "$ROUNDS"); do
