@@ -44,8 +44,7 @@ impl Namespace {
     /// master). Called at every tick of the lost-worker task, so the start of a
     /// tenure is noted within a tick of the election.
     pub(super) fn led_for(&self) -> Option<Duration> {
-        let rep = self.replica.get()?;
-        self.workers.tenure.note(rep.leading_term())
+        self.replica.get()?.led_for()
     }
 
     /// `Busy` when a block of `blocks` has no live location and this master became

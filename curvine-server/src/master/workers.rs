@@ -62,8 +62,6 @@ pub(super) struct WorkerState {
 pub(super) struct Workers {
     map: RwLock<HashMap<WorkerId, WorkerState>>,
     lost_timeout: Duration,
-    /// Since when this master leads: the workers re-register with a new leader.
-    pub tenure: super::tenure::Tenure,
 }
 
 /// A chosen replica target.
@@ -78,7 +76,6 @@ impl Workers {
         Workers {
             map: RwLock::new(HashMap::new()),
             lost_timeout,
-            tenure: Default::default(),
         }
     }
 

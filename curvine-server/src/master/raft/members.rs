@@ -48,10 +48,14 @@ fn write_err(e: RaftError<u64, ClientWriteError<u64, BasicNode>>, r: &Replica) -
 }
 
 impl Replica {
-    /// The term this master leads in; `None` when it does not lead.
-    pub fn leading_term(&self) -> Option<u64> {
-        let m = self.metrics.borrow();
-        (m.state.is_leader() && m.current_leader == Some(self.id)).then_some(m.current_term)
+    /// How long this master has led in its current term, counted from the first time
+    /// it was asked in that term (`None` when it does not lead).
+    pub fn led_for(&self) -> Option<std::time::Duration> {
+        let term = {
+            let m = self.metrics.borrow();
+            (m.state.is_leader() && m.current_leader == Some(self.id)).then_some(m.current_term)
+        };
+        self.tenure.note(term)
     }
 
     /// Every master of the membership with its role as this master, the leader, sees

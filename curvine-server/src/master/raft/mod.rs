@@ -150,6 +150,8 @@ pub struct Replica {
     reads: reads::ReadIndex,
     /// Where snapshots are received (`<meta_dir>/snapshots`).
     snap_dir: std::path::PathBuf,
+    /// Since when this master leads (`led_for`).
+    tenure: super::tenure::Tenure,
 }
 
 impl Replica {
@@ -245,6 +247,7 @@ impl Replica {
             runtime: Mutex::new(Some(runtime)),
             reads: Default::default(),
             snap_dir,
+            tenure: Default::default(),
         }))
     }
 
