@@ -121,8 +121,10 @@ impl Namespace {
                 }),
             }
         }
-        // a member answers after the commit when the batch wrote anything by then
-        let stake = out.is_ok() && after > 0;
+        // a member answers after the commit when the batch wrote anything by then: its
+        // answer, a failure too, may rest on what earlier members wrote, which counts
+        // only once committed (else the member gets the commit's error)
+        let stake = after > 0;
         if stake {
             open.members += 1;
         }
