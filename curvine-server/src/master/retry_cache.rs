@@ -29,11 +29,18 @@ const EXPIRE_PER_ENTRY: usize = 2;
 
 /// What the leader remembers between mutations: where the time index's live records
 /// start (the last one it removed), so expiry does not walk over the tombstones of the
-/// removed ones each time. A hint only: empty on a new leader, which starts from the
-/// beginning once.
+/// removed ones each time, and until when none is due, so most mutations do not look.
+/// A hint only: empty on a new leader, which starts from the beginning once.
 #[derive(Default)]
 pub(super) struct RetryCache {
-    cursor: Mutex<Vec<u8>>,
+    cursor: Mutex<Cursor>,
+}
+
+#[derive(Default)]
+struct Cursor {
+    from: Vec<u8>,
+    /// No record expires by age before this time (ms).
+    quiet_until: i64,
 }
 
 fn reply_key(client: u64, call: u64) -> Vec<u8> {
@@ -179,11 +186,11 @@ impl Namespace {
         });
         let (out, seq) = done.inspect_err(|_| {
             // the expiry this entry carried may not have happened: look again next time
-            self.retries
+            *self
+                .retries
                 .cursor
                 .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clear();
+                .unwrap_or_else(|p| p.into_inner()) = Cursor::default();
         })?;
         match out {
             Ok(r) => Ok((r, seq)),
@@ -219,31 +226,40 @@ impl Namespace {
             .cursor
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        for (k, _) in self
+        if txn.now < cursor.quiet_until && txn.counters.retry_entries <= max {
+            return Ok(());
+        }
+        let found = self
             .store
-            .meta_from(TIME_PREFIX, &cursor, EXPIRE_PER_ENTRY)?
-        {
+            .meta_from(TIME_PREFIX, &cursor.from, EXPIRE_PER_ENTRY)?;
+        if found.is_empty() {
+            // none recorded before this mutation: none is due for a ttl
+            cursor.quiet_until = txn.now.saturating_add(ttl_ms);
+        }
+        for (k, _) in found {
             if txn.meta_deleted(&k) {
                 // expired by an earlier mutation of the same batch
-                *cursor = k;
+                cursor.from = k;
                 continue;
             }
             let rest = &k[TIME_PREFIX.len()..];
             if rest.len() != 24 {
                 txn.del_meta(k.clone());
-                *cursor = k;
+                cursor.from = k;
                 continue;
             }
             let mut b = rest;
             let at = u64::take(&mut b)? as i64;
             let (client, call) = (u64::take(&mut b)?, u64::take(&mut b)?);
             if at >= cutoff && txn.counters.retry_entries <= max {
+                // the oldest left: nothing expires by age before it does
+                cursor.quiet_until = at.saturating_add(ttl_ms);
                 break;
             }
             txn.del_meta(reply_key(client, call));
             txn.del_meta(k.clone());
             txn.counters.retry_entries = txn.counters.retry_entries.saturating_sub(1);
-            *cursor = k;
+            cursor.from = k;
         }
         Ok(())
     }
