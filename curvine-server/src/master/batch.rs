@@ -1,32 +1,45 @@
-//! Group commit on a replicated master: the mutations that come while an entry is
-//! being committed are built together, one after the other on one `Txn`, and proposed
-//! as one log entry when the last of them is built. A mutation waits for one commit
-//! round, not for a round per mutation queued before it.
+//! Group commit and pipelining on a replicated master. Mutations are built one after
+//! the other into the open batch (one `Txn`), which becomes one log entry when it is
+//! sealed: at once while fewer than `MAX_IN_FLIGHT` entries wait for their commit,
+//! else when one of them is decided, so the mutations that come meanwhile share an
+//! entry. A mutation waits for about one commit round, not for a round per entry
+//! queued before it.
 //!
-//! Members are built under the batch lock, each on the overlay of the ones before it;
-//! one that fails leaves no trace (`Txn::rollback_member`). A member's answer waits for
-//! its batch's commit, even when it wrote nothing itself but the batch did (it may have
-//! read what earlier members wrote). When the commit fails, every member of the batch
-//! gets the error.
+//! Each batch is built on the overlay of the entries still in flight (`State::carry`):
+//! what they wrote is read before the store, which has not applied it yet. Raft logs
+//! the entries in the order they were sealed (`Replica::submit`), so an entry is
+//! applied after the ones it was built on. An entry counts only in the term it was
+//! built in (`Proposal::term`); when one of a chain fails, the batch being built on it
+//! fails too, and the next is built from the store once none is in flight.
+//!
+//! A member that fails leaves no trace (`Txn::rollback_member`). A member's answer
+//! waits for its batch's commit, even when it wrote nothing itself or failed but the
+//! batch wrote something (it may have read what earlier members wrote). When the
+//! commit fails, every member of the batch gets the error.
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use curvine_common::types::now_ms;
 use curvine_common::{FsError, FsResult};
 use prost::Message;
 
 use super::namespace::Namespace;
-use super::raft::{Proposal, ProposalPart, Replica};
+use super::raft::{Decided, Proposal, ProposalPart, Replica};
 use super::records::Counters;
 use super::store;
 use super::txn::{Parts, Txn};
 
-/// At most this many members share an entry (the rest wait for the next one).
+/// At most this many members share an entry.
 const MAX_MEMBERS: usize = 256;
 /// A batch is closed once its entry holds this many ops.
 const MAX_OPS: usize = 8192;
+/// At most this many entries are proposed and not yet decided.
+const MAX_IN_FLIGHT: usize = 4;
+/// When the overlay carried from entry to entry holds more records than this, new
+/// batches wait until no entry is in flight and start from the store again.
+const MAX_CARRY: usize = 100_000;
 
 /// The batch being built and the outcomes of the ones proposed.
 #[derive(Default)]
@@ -37,15 +50,18 @@ pub(super) struct Batcher {
 
 #[derive(Default)]
 struct State {
-    /// A batch is being proposed: mutations that come now wait for its outcome.
-    in_flight: bool,
-    /// Mutations woken (or waking) to join the open batch that have not joined yet;
-    /// the last member built seals the batch.
-    waiting: usize,
+    /// Entries proposed and not yet decided.
+    in_flight: usize,
     open: Option<Open>,
     next_id: u64,
     /// Outcomes of proposed batches, with how many members have yet to read them.
     done: HashMap<u64, (FsResult<()>, usize)>,
+    /// The overlay of the entries in flight (with an empty journal entry) and the term
+    /// they were built in: the next batch is built on it. `None` when none is in flight.
+    carry: Option<(Parts, u64)>,
+    /// An entry in flight failed: the open batch fails too, and the next one is built
+    /// from the store once no entry is in flight.
+    broken: bool,
 }
 
 struct Open {
@@ -57,6 +73,10 @@ struct Open {
     members: usize,
     /// Whose each run of ops is.
     origins: Vec<ProposalPart>,
+    /// The term the batch is built in.
+    term: u64,
+    /// No more members: it is sealed when an entry in flight is decided.
+    full: bool,
 }
 
 impl Batcher {
@@ -65,6 +85,37 @@ impl Batcher {
     }
     fn wait<'a>(&self, g: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         self.cv.wait(g).unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The entry of batch `id`, with `members` waiting for it, is decided.
+    fn decided(&self, id: u64, members: usize, res: FsResult<()>) {
+        let mut st = self.lock();
+        st.in_flight = st.in_flight.saturating_sub(1);
+        if res.is_err() {
+            st.broken = true;
+        }
+        if st.in_flight == 0 {
+            // everything it held is applied (or never will be)
+            st.carry = None;
+        }
+        if members > 0 {
+            st.done.insert(id, (res, members));
+        }
+        self.cv.notify_all();
+    }
+}
+
+impl State {
+    /// Fail the open batch (it was built on an entry that failed).
+    fn abort_open(&mut self) {
+        if let Some(o) = self.open.take() {
+            let e = FsError::Unavailable {
+                message: "an entry this mutation was built on was not committed".into(),
+            };
+            if o.members > 0 {
+                self.done.insert(o.id, (Err(e), o.members));
+            }
+        }
     }
 }
 
@@ -80,23 +131,36 @@ impl Namespace {
     ) -> FsResult<R> {
         let b = &self.batch;
         let mut st = b.lock();
-        st.waiting += 1;
-        while st.in_flight {
+        loop {
+            if st.broken && st.open.is_some() {
+                st.abort_open();
+                b.cv.notify_all();
+            }
+            match &st.open {
+                Some(o) if !o.full => break,
+                Some(_) => {}
+                None if st.in_flight == 0 => {
+                    // no entry in flight: built from what the store has applied
+                    let counters = self.store.counters()?;
+                    let parts = Txn::new(&self.store, counters, 0).into_parts();
+                    st.carry = None;
+                    st.broken = false;
+                    let term = rep.term();
+                    open_batch(&mut st, parts, term);
+                    break;
+                }
+                None => {
+                    let term = rep.term();
+                    let fits = |(p, t): &(Parts, u64)| *t == term && p.overlay_len() <= MAX_CARRY;
+                    if !st.broken && st.carry.as_ref().is_some_and(fits) {
+                        if let Some((parts, term)) = st.carry.take() {
+                            open_batch(&mut st, parts, term);
+                            break;
+                        }
+                    }
+                }
+            }
             st = b.wait(st);
-        }
-        st.waiting -= 1;
-        if st.open.is_none() {
-            // a batch is only begun with the state every earlier batch left applied
-            let counters = self.store.counters()?;
-            let id = st.next_id;
-            st.next_id += 1;
-            st.open = Some(Open {
-                id,
-                start: counters,
-                parts: Txn::new(&self.store, counters, 0).into_parts(),
-                members: 0,
-                origins: Vec::new(),
-            });
         }
         let Some(open) = st.open.as_mut() else {
             return Err(FsError::internal("no open batch"));
@@ -124,18 +188,12 @@ impl Namespace {
         // a member answers after the commit when the batch wrote anything by then: its
         // answer, a failure too, may rest on what earlier members wrote, which counts
         // only once committed (else the member gets the commit's error)
-        let stake = after > 0;
-        if stake {
-            open.members += 1;
-        }
-        let id = open.id;
-        let full = open.members >= MAX_MEMBERS || after >= MAX_OPS;
-        if st.waiting == 0 || full {
-            st = self.seal(st, rep);
-        }
-        if !stake {
+        if after == 0 {
             return out;
         }
+        open.members += 1;
+        open.full = open.members >= MAX_MEMBERS || after >= MAX_OPS;
+        let id = open.id;
         loop {
             if let Some((res, left)) = st.done.get_mut(&id) {
                 let res = res.clone();
@@ -145,20 +203,28 @@ impl Namespace {
                 }
                 return res.and(out);
             }
+            if st.open.as_ref().is_some_and(|o| o.id == id) {
+                if st.broken {
+                    st.abort_open();
+                    b.cv.notify_all();
+                    continue;
+                }
+                if st.in_flight < MAX_IN_FLIGHT {
+                    self.seal(&mut st, rep);
+                    continue;
+                }
+            }
             st = b.wait(st);
         }
     }
 
-    /// Propose the open batch (the lock is let go meanwhile) and record its outcome.
-    fn seal<'a>(&'a self, mut st: MutexGuard<'a, State>, rep: &Replica) -> MutexGuard<'a, State> {
-        let b = &self.batch;
+    /// Hand the open batch to Raft, its overlay kept for the next batch; the outcome
+    /// reaches `done` through `Batcher::decided`.
+    fn seal(&self, st: &mut State, rep: &Replica) {
         let Some(open) = st.open.take() else {
-            return st;
+            return;
         };
         let mut txn = Txn::resume(&self.store, open.parts, 0);
-        if txn.entry.ops.is_empty() {
-            return st;
-        }
         if txn.counters != open.start {
             let c = txn.counters.encode_to_vec();
             txn.put_meta(store::META_COUNTERS.to_vec(), c);
@@ -168,19 +234,45 @@ impl Namespace {
             [one] => (one.origin, Vec::new()),
             _ => (0, open.origins),
         };
-        st.in_flight = true;
-        drop(st);
-        let res = rep.propose(Proposal {
+        let p = Proposal {
             origin,
             entry: Some(entry),
             parts,
-        });
-        let mut st = b.lock();
-        st.in_flight = false;
-        if open.members > 0 {
-            st.done.insert(open.id, (res, open.members));
+            term: open.term,
+        };
+        let batch = Arc::clone(&self.batch);
+        let (id, members) = (open.id, open.members);
+        let decided = Decided::new(move |res| batch.decided(id, members, res));
+        match rep.submit(p, decided) {
+            Ok(()) => {
+                st.in_flight += 1;
+                st.carry = Some((txn.into_parts(), open.term));
+            }
+            Err(decided) => {
+                // told here: the batch's lock is held, which `decided` would take
+                decided.disarm();
+                let e = FsError::Unavailable {
+                    message: "replication stopped".into(),
+                };
+                st.broken = true;
+                st.done.insert(id, (Err(e), members));
+            }
         }
-        b.cv.notify_all();
-        st
+        self.batch.cv.notify_all();
     }
+}
+
+/// Begin a batch on `parts` (the store's state, or the overlay of the entries in flight).
+fn open_batch(st: &mut State, parts: Parts, term: u64) {
+    let id = st.next_id;
+    st.next_id += 1;
+    st.open = Some(Open {
+        id,
+        start: parts.counters(),
+        parts,
+        members: 0,
+        origins: Vec::new(),
+        term,
+        full: false,
+    });
 }

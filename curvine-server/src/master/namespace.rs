@@ -33,7 +33,7 @@ pub struct Namespace {
     /// The mutation lock, and the counters as of the last mutation (a single master;
     /// replicated, the store holds them: `counters`).
     pub(super) mu: Mutex<Counters>,
-    pub(super) syncer: Syncer,
+    pub(super) syncer: Arc<Syncer>,
     pub(super) leases: Leases,
     pub(super) workers: Workers,
     pub(super) cluster_id: String,
@@ -58,7 +58,7 @@ pub struct Namespace {
     /// Where expiry of the retry cache resumes (`retry_cache`).
     pub(super) retries: super::retry_cache::RetryCache,
     /// The mutations being built into one entry (replicated masters, `batch`).
-    pub(super) batch: super::batch::Batcher,
+    pub(super) batch: Arc<super::batch::Batcher>,
 }
 
 /// Read access shared by the store (lock-free reads) and a transaction (its own
@@ -296,7 +296,7 @@ impl Namespace {
             .map(|v| String::from_utf8_lossy(&v).into_owned())
             .unwrap_or_default();
         let tasks = curvine_common::tasks::Tasks::new(&Default::default());
-        let syncer = Syncer::start(store.clone(), sync, &tasks)?;
+        let syncer = Arc::new(Syncer::start(store.clone(), sync, &tasks)?);
         let mounts = super::mounts::Mounts::load(&store)?;
         let jobs = super::jobs::Jobs::new(conf.load_per_worker);
         let ns = Namespace {

@@ -59,6 +59,11 @@ impl Syncer {
         })
     }
 
+    /// Whether writes are synced at all (`journal.sync`).
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     /// Record that a write happened; returns its sequence. Call under the mutation lock.
     pub fn wrote(&self) -> u64 {
         self.shared.written.fetch_add(1, Ordering::SeqCst) + 1

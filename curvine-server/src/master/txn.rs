@@ -62,6 +62,22 @@ pub(super) struct Parts {
     prior_edges: HashMap<u64, BTreeMap<String, Option<u64>>>,
 }
 
+impl Parts {
+    /// The counters as the batch left them.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// How many records the overlay holds.
+    pub fn overlay_len(&self) -> usize {
+        self.inodes.len()
+            + self.edges.len()
+            + self.blocks.len()
+            + self.metas.len()
+            + self.prior_edges.values().map(BTreeMap::len).sum::<usize>()
+    }
+}
+
 impl Reader for Txn<'_> {
     fn inode(&self, id: u64) -> FsResult<Option<InodeRec>> {
         match self.inodes.get(&id) {

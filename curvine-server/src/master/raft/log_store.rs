@@ -1,18 +1,30 @@
 //! The Raft log and vote in the master's RocksDB (column families `raft_log` and
 //! `raft_meta`), beside the namespace: one WAL, so an append or a vote is durable once
 //! that WAL is synced.
+//!
+//! An append is written unsynced and readable at once; the master's WAL sync thread
+//! (`Syncer`) makes it durable, and openraft is told so, in log order, by one flusher
+//! task. Raft's core goes on meanwhile (a leader sends the entries to its followers
+//! while its own sync runs), and appends that come during a sync share the next one.
+//!
+//! The newest entries are also kept decoded in memory (`Recent`): the reads that
+//! follow an append (replication to each follower, the state machine's apply) are
+//! served from there instead of a RocksDB scan and a decode each.
 
+use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use curvine_common::FsError;
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{AnyError, Entry, LogId, StorageError, StorageIOError, Vote};
 use prost::Message;
 use rocksdb::WriteBatch;
+use tokio::sync::mpsc;
 
 use super::super::store::{Store, CF_RAFT_LOG, CF_RAFT_META};
+use super::super::syncer::Syncer;
 use super::{wire, Cfg};
 
 const VOTE: &[u8] = b"vote";
@@ -25,6 +37,101 @@ pub struct LogStore {
     store: Arc<Store>,
     /// Sync the WAL before an append or a vote counts as done (`journal.sync`).
     sync: bool,
+    /// Where appends wait for the WAL sync past their write; `None`: an append is
+    /// synced as it is written.
+    flusher: Option<Flusher>,
+    /// The newest entries of the log, shared by the clones.
+    recent: Arc<Mutex<Recent>>,
+}
+
+/// At most this many of the newest entries, and about this many bytes of them
+/// encoded, are kept in memory.
+const RECENT_ENTRIES: usize = 1024;
+const RECENT_BYTES: usize = 32 << 20;
+
+/// The newest entries of the log, in index order with no gap, ending at the log's last
+/// entry (empty when unknown, as after a start).
+#[derive(Default)]
+struct Recent {
+    entries: VecDeque<(Entry<Cfg>, usize)>,
+    bytes: usize,
+}
+
+impl Recent {
+    fn first(&self) -> Option<u64> {
+        self.entries.front().map(|(e, _)| e.log_id.index)
+    }
+
+    /// Entries `from..to` when they are all here (`to` past the last: up to the last).
+    fn get(&self, from: u64, to: u64) -> Option<Vec<Entry<Cfg>>> {
+        let first = self.first()?;
+        if from < first {
+            return None;
+        }
+        let skip = usize::try_from(from - first).ok()?;
+        Some(
+            self.entries
+                .iter()
+                .skip(skip)
+                .take_while(|(e, _)| e.log_id.index < to)
+                .map(|(e, _)| e.clone())
+                .collect(),
+        )
+    }
+
+    fn push(&mut self, e: Entry<Cfg>, size: usize) {
+        let follows = match self.entries.back() {
+            Some((last, _)) => last.log_id.index + 1 == e.log_id.index,
+            None => true,
+        };
+        if !follows {
+            self.clear();
+        }
+        self.bytes += size;
+        self.entries.push_back((e, size));
+        while self.entries.len() > RECENT_ENTRIES || self.bytes > RECENT_BYTES {
+            self.pop_front();
+        }
+    }
+
+    fn pop_front(&mut self) {
+        if let Some((_, size)) = self.entries.pop_front() {
+            self.bytes -= size;
+        }
+    }
+
+    /// Drop the entries from index `from` on.
+    fn truncate(&mut self, from: u64) {
+        while self
+            .entries
+            .back()
+            .is_some_and(|(e, _)| e.log_id.index >= from)
+        {
+            if let Some((_, size)) = self.entries.pop_back() {
+                self.bytes -= size;
+            }
+        }
+    }
+
+    /// Drop the entries up to index `upto`.
+    fn purge(&mut self, upto: u64) {
+        while self.first().is_some_and(|i| i <= upto) {
+            self.pop_front();
+        }
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+}
+
+/// The master's WAL sync thread and the task that reports appends it made durable.
+#[derive(Clone)]
+struct Flusher {
+    syncer: Arc<Syncer>,
+    /// Appends by their write's sequence (`Syncer::wrote`), in log order.
+    tx: mpsc::UnboundedSender<(u64, LogFlushed<Cfg>)>,
 }
 
 type StResult<T> = Result<T, StorageError<u64>>;
@@ -38,8 +145,40 @@ fn write_err(e: FsError) -> StorageError<u64> {
 }
 
 impl LogStore {
+    /// A log store whose appends are synced as they are written.
     pub fn new(store: Arc<Store>, sync: bool) -> LogStore {
-        LogStore { store, sync }
+        LogStore {
+            store,
+            sync,
+            flusher: None,
+            recent: Default::default(),
+        }
+    }
+
+    /// A log store whose appends `syncer` makes durable, reported by a task on `rt`.
+    pub fn with_syncer(
+        store: Arc<Store>,
+        syncer: Arc<Syncer>,
+        rt: &tokio::runtime::Handle,
+    ) -> LogStore {
+        if !syncer.enabled() {
+            return LogStore::new(store, false);
+        }
+        let (tx, mut rx) = mpsc::unbounded_channel::<(u64, LogFlushed<Cfg>)>();
+        let waits = syncer.clone();
+        rt.spawn(async move {
+            // one at a time, so openraft hears of flushed entries in log order
+            while let Some((seq, done)) = rx.recv().await {
+                let res = waits.wait(seq).await;
+                done.log_io_completed(res.map_err(|e| std::io::Error::other(e.to_string())));
+            }
+        });
+        LogStore {
+            store,
+            sync: true,
+            flusher: Some(Flusher { syncer, tx }),
+            recent: Default::default(),
+        }
     }
 
     fn meta_log_id(&self, key: &[u8]) -> Result<Option<LogId<u64>>, FsError> {
@@ -51,7 +190,14 @@ impl LogStore {
         }
     }
 
+    fn recent(&self) -> MutexGuard<'_, Recent> {
+        self.recent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn entries(&self, from: u64, to: u64) -> Result<Vec<Entry<Cfg>>, FsError> {
+        if let Some(v) = self.recent().get(from, to) {
+            return Ok(v);
+        }
         self.store
             .raft_log(from, to)?
             .iter()
@@ -63,18 +209,26 @@ impl LogStore {
         self.store.write_raw(b, self.sync)
     }
 
-    /// Write `entries` (durably with `sync`).
-    fn append_now(&self, entries: impl IntoIterator<Item = Entry<Cfg>>) -> Result<(), FsError> {
+    /// Write `entries`, synced with `sync`.
+    fn append_now(
+        &self,
+        entries: impl IntoIterator<Item = Entry<Cfg>>,
+        sync: bool,
+    ) -> Result<(), FsError> {
         let mut b = WriteBatch::default();
         let cf = self.cf(CF_RAFT_LOG)?;
+        let mut written = Vec::new();
         for e in entries {
-            b.put_cf(
-                cf,
-                e.log_id.index.to_be_bytes(),
-                wire::entry(&e).encode_to_vec(),
-            );
+            let v = wire::entry(&e).encode_to_vec();
+            b.put_cf(cf, e.log_id.index.to_be_bytes(), &v);
+            written.push((e, v.len()));
         }
-        self.write(b)
+        self.store.write_raw(b, sync)?;
+        let mut recent = self.recent();
+        for (e, size) in written {
+            recent.push(e, size);
+        }
+        Ok(())
     }
 
     fn cf(&self, name: &str) -> Result<&rocksdb::ColumnFamily, FsError> {
@@ -161,13 +315,22 @@ impl RaftLogStorage<Cfg> for LogStore {
         I: IntoIterator<Item = Entry<Cfg>> + Send,
         I::IntoIter: Send,
     {
-        let res = self.append_now(entries);
-        let io = res
-            .as_ref()
-            .map(|_| ())
-            .map_err(|e| std::io::Error::other(e.to_string()));
-        callback.log_io_completed(io);
-        res.map_err(write_err)
+        let Some(f) = &self.flusher else {
+            let res = self.append_now(entries, self.sync);
+            let io = res
+                .as_ref()
+                .map(|_| ())
+                .map_err(|e| std::io::Error::other(e.to_string()));
+            callback.log_io_completed(io);
+            return res.map_err(write_err);
+        };
+        self.append_now(entries, false).map_err(write_err)?;
+        let seq = f.syncer.wrote();
+        f.tx.send((seq, callback)).map_err(|_| {
+            write_err(FsError::Unavailable {
+                message: "the log's flusher stopped".into(),
+            })
+        })
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> StResult<()> {
@@ -175,7 +338,13 @@ impl RaftLogStorage<Cfg> for LogStore {
         let cf = self.cf(CF_RAFT_LOG).map_err(write_err)?;
         b.delete_range_cf(cf, log_id.index.to_be_bytes(), u64::MAX.to_be_bytes());
         b.delete_cf(cf, u64::MAX.to_be_bytes());
-        self.write(b).map_err(write_err)
+        let res = self.write(b);
+        match res {
+            Ok(()) => self.recent().truncate(log_id.index),
+            // the log may be as it was: read from RocksDB until the next append
+            Err(_) => self.recent().clear(),
+        }
+        res.map_err(write_err)
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> StResult<()> {
@@ -190,6 +359,7 @@ impl RaftLogStorage<Cfg> for LogStore {
             0u64.to_be_bytes(),
             log_id.index.saturating_add(1).to_be_bytes(),
         );
+        self.recent().purge(log_id.index);
         self.write(b).map_err(write_err)
     }
 }
@@ -216,13 +386,14 @@ mod tests {
                 origin: 7,
                 entry: Some(je),
                 parts: Vec::new(),
+                term: 0,
             }),
         }
     }
 
     async fn append(s: &mut LogStore, es: Vec<Entry<Cfg>>) {
         // what `RaftLogStorage::append` writes before it calls back
-        s.append_now(es).unwrap();
+        s.append_now(es, true).unwrap();
     }
 
     fn indexes(es: &[Entry<Cfg>]) -> Vec<u64> {
@@ -278,5 +449,51 @@ mod tests {
         let st = s.get_log_state().await.unwrap();
         assert_eq!(st.last_log_id.map(|l| l.index), Some(9));
         assert!(s.try_get_log_entries(0..).await.unwrap().is_empty());
+    }
+
+    /// The entries kept in memory are the log's newest, with no gap: reads they cover
+    /// come from them, others from RocksDB, and truncation and purging apply to both.
+    #[tokio::test]
+    async fn recent_entries_follow_the_log() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = open(d.path());
+        append(&mut s, (1..=5).map(|i| entry(1, i)).collect()).await;
+        assert_eq!(s.recent().first(), Some(1));
+        let got = s.try_get_log_entries(2..4).await.unwrap();
+        assert_eq!(indexes(&got), vec![2, 3]);
+        assert_eq!(
+            indexes(&s.try_get_log_entries(4..).await.unwrap()),
+            vec![4, 5]
+        );
+        s.truncate(LogId::new(CommittedLeaderId::new(1, 1), 4))
+            .await
+            .unwrap();
+        assert_eq!(
+            indexes(&s.try_get_log_entries(1..).await.unwrap()),
+            vec![1, 2, 3]
+        );
+        append(&mut s, vec![entry(2, 4)]).await;
+        let got = s.try_get_log_entries(3..).await.unwrap();
+        assert_eq!(
+            got.iter()
+                .map(|e| e.log_id.leader_id.term)
+                .collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        s.purge(LogId::new(CommittedLeaderId::new(1, 1), 2))
+            .await
+            .unwrap();
+        assert_eq!(s.recent().first(), Some(3));
+        // an append that does not follow the last entry starts the memory afresh
+        s.recent().push(entry(2, 9), 1);
+        assert_eq!(s.recent().first(), Some(9));
+        // a fresh store (as after a restart) reads RocksDB
+        drop(s);
+        let mut s = open(d.path());
+        assert_eq!(s.recent().first(), None);
+        assert_eq!(
+            indexes(&s.try_get_log_entries(3..).await.unwrap()),
+            vec![3, 4]
+        );
     }
 }

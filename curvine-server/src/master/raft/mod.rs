@@ -11,6 +11,7 @@
 mod log_store;
 mod members;
 mod network;
+mod propose;
 mod reads;
 pub(super) mod snapshot;
 mod state_machine;
@@ -21,7 +22,6 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use curvine_common::{ClusterConf, FsError, FsResult};
-use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, RaftMetrics, SnapshotPolicy};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -31,6 +31,7 @@ use super::records::JournalEntry;
 use super::store::Store;
 
 pub use network::RaftSvc;
+pub use propose::Decided;
 
 /// One log entry's payload: a mutation's journal entry and the client it was made for
 /// (`CallerInfo.client_id`, 0 for the master's own), which the change log reports.
@@ -44,6 +45,11 @@ pub struct Proposal {
     pub entry: Option<JournalEntry>,
     #[prost(message, repeated, tag = "3")]
     pub parts: Vec<ProposalPart>,
+    /// The leader's term when it was built: applied only when logged in that term,
+    /// else applied as nothing (0: in any term). An entry built on entries still in
+    /// flight is valid only in the log they are in.
+    #[prost(uint64, tag = "4")]
+    pub term: u64,
 }
 
 /// The ops of a shared entry up to `end` (from the previous part's end) were made for
@@ -60,7 +66,7 @@ openraft::declare_raft_types!(
     /// The master's openraft types.
     pub Cfg:
         D = Proposal,
-        R = (),
+        R = bool,
         NodeId = u64,
         Node = BasicNode,
         SnapshotData = tokio::fs::File,
@@ -152,6 +158,8 @@ pub struct Replica {
     snap_dir: std::path::PathBuf,
     /// Since when this master leads (`led_for`).
     tenure: super::tenure::Tenure,
+    /// Proposals to log, in order (`submit`).
+    proposals: propose::Queue,
 }
 
 impl Replica {
@@ -193,7 +201,10 @@ impl Replica {
             .build()
             .map_err(|e| FsError::io_ctx("start the raft runtime", e))?;
         let handle = runtime.handle().clone();
-        let log = log_store::LogStore::new(store.clone(), conf.journal.sync);
+        let log = match ns.upgrade() {
+            Some(n) => log_store::LogStore::with_syncer(store.clone(), n.syncer.clone(), &handle),
+            None => log_store::LogStore::new(store.clone(), conf.journal.sync),
+        };
         let snap_dir = m.meta_dir.join(snapshot::DIR);
         let sm = state_machine::StateMachine::open(store, ns, snap_dir.clone(), m.node_id)?;
         let reach = Arc::new(network::Reach::default());
@@ -236,8 +247,10 @@ impl Replica {
         info!(node_id = id, peers = ?peers, "master replication started");
         let metrics = raft.metrics();
         members::note_stored_membership(&metrics.borrow(), &peers);
+        let proposals = propose::start(raft.clone(), &handle);
         Ok(Arc::new(Replica {
             id,
+            proposals,
             metrics,
             raft,
             peers,
@@ -287,33 +300,6 @@ impl Replica {
     /// Whether this master leads now (background work only the leader does).
     pub fn is_leader(&self) -> bool {
         self.check_leader().is_ok()
-    }
-
-    /// Propose `p` and wait, blocking the calling thread, until it is committed and
-    /// applied here. `NotLeader`: it was not taken (or was dropped from the log, so
-    /// never applied) and may be retried on the leader; `Unavailable`: this master
-    /// stopped or lost its place, and the entry may still be committed by the next
-    /// leader.
-    pub fn propose(&self, p: Proposal) -> FsResult<()> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let raft = self.raft.clone();
-        self.handle.spawn(async move {
-            let _ = tx.send(raft.client_write(p).await);
-        });
-        match rx.recv() {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-                Err(FsError::NotLeader {
-                    leader: self.leader_addr(f.leader_id),
-                })
-            }
-            Ok(Err(e)) => Err(FsError::Unavailable {
-                message: format!("replication: {e}"),
-            }),
-            Err(_) => Err(FsError::Unavailable {
-                message: "replication stopped".into(),
-            }),
-        }
     }
 
     /// Run `f`, which blocks, where it does not stall a runtime thread's other tasks:

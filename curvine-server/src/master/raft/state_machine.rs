@@ -133,22 +133,26 @@ impl StateMachine {
         })
     }
 
-    fn apply_one(&mut self, e: &Entry<Cfg>) -> Result<(), FsError> {
+    /// Apply `e`; `false`: a proposal logged in another term than it was built in
+    /// (`Proposal::term`), applied as nothing.
+    fn apply_one(&mut self, e: &Entry<Cfg>) -> Result<bool, FsError> {
         self.last = Some(e.log_id);
         if let EntryPayload::Membership(m) = &e.payload {
             self.membership = StoredMembership::new(Some(e.log_id), m.clone());
         }
         let applied = wire::applied(&self.last, &self.membership).encode_to_vec();
         match &e.payload {
-            EntryPayload::Normal(p) => {
+            EntryPayload::Normal(p) if p.term == 0 || p.term == e.log_id.leader_id.term => {
                 let ns = self.namespace()?;
                 let entry = p.entry.clone().unwrap_or_default();
-                ns.apply_committed(p, &entry, APPLIED, &applied)
+                ns.apply_committed(p, &entry, APPLIED, &applied)?;
+                Ok(true)
             }
             _ => {
                 let mut b = rocksdb::WriteBatch::default();
                 b.put_cf(self.store.cf(CF_RAFT_META)?, APPLIED, applied);
-                self.store.write_raw(b, false)
+                self.store.write_raw(b, false)?;
+                Ok(!matches!(e.payload, EntryPayload::Normal(_)))
             }
         }
     }
@@ -169,16 +173,17 @@ impl RaftStateMachine<Cfg> for StateMachine {
         Ok((self.last, self.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<()>, StorageError<u64>>
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<bool>, StorageError<u64>>
     where
         I: IntoIterator<Item = Entry<Cfg>> + Send,
         I::IntoIter: Send,
     {
         let mut out = Vec::new();
         for e in entries {
-            self.apply_one(&e)
+            let applied = self
+                .apply_one(&e)
                 .map_err(|e| sm_err(ErrorVerb::Write, e))?;
-            out.push(());
+            out.push(applied);
         }
         Ok(out)
     }
@@ -244,5 +249,42 @@ impl RaftSnapshotBuilder<Cfg> for Builder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<Cfg>, StorageError<u64>> {
         let (store, snaps) = (self.store.clone(), self.snaps.clone());
         blocking(ErrorVerb::Read, move || snaps.build(&store)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    use super::*;
+    use crate::master::raft::Proposal;
+    use crate::master::records::{op::Kind, JournalEntry};
+
+    fn entry(built_in: u64, logged_in: u64, index: u64) -> Entry<Cfg> {
+        let mut je = JournalEntry::default();
+        je.push(Kind::DelInode(index));
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(logged_in, 1), index),
+            payload: EntryPayload::Normal(Proposal {
+                origin: 0,
+                entry: Some(je),
+                parts: Vec::new(),
+                term: built_in,
+            }),
+        }
+    }
+
+    /// A proposal logged in another term than it was built in is applied as nothing
+    /// (its log id still counts as applied); one logged in its term is applied.
+    #[test]
+    fn a_proposal_counts_only_in_its_term() {
+        let d = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(d.path(), 1 << 20, 1 << 20, 16, 64 << 10).unwrap());
+        let mut sm = StateMachine::open(store, Weak::new(), d.path().join("snap"), 1).unwrap();
+        assert!(!sm.apply_one(&entry(3, 4, 1)).unwrap());
+        assert_eq!(sm.last.map(|l| l.index), Some(1));
+        // in its term it goes on to the namespace (closed here, so it fails)
+        assert!(sm.apply_one(&entry(4, 4, 2)).is_err());
+        assert!(sm.apply_one(&entry(0, 4, 3)).is_err());
     }
 }
