@@ -5,7 +5,8 @@
 //! runs it for the entries it builds, writes the batch (`Store::write`) and then hands
 //! the effects to the lease table, the worker registry and re-replication.
 
-use curvine_common::{FsError, FsResult};
+use curvine_common::proto::StorageTier;
+use curvine_common::{BlockId, FsError, FsResult, WorkerId};
 use prost::Message;
 use rocksdb::WriteBatch;
 
@@ -15,10 +16,16 @@ use super::store::{self, Store};
 /// A replica to delete: `len` bytes in `tier` of `worker` become free once it is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Delete {
-    pub worker: u32,
-    pub block: u64,
-    pub tier: i32,
+    pub worker: WorkerId,
+    pub block: BlockId,
+    pub tier: StorageTier,
     pub len: u64,
+}
+
+/// A tier as records carry it; a value this build does not know counts as unspecified
+/// (no worker reports capacity there).
+pub(super) fn tier_of(t: i32) -> StorageTier {
+    StorageTier::try_from(t).unwrap_or(StorageTier::Unspecified)
 }
 
 /// A writer's lease: `client_id` writes `inode`.
@@ -31,16 +38,16 @@ pub(super) struct Grant {
 /// A replica committed: `len` bytes of `block` on `worker`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Committed {
-    pub worker: u32,
-    pub block: u64,
+    pub worker: WorkerId,
+    pub block: BlockId,
     pub len: u64,
 }
 
 /// A replica that left the block map.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Freed {
-    pub worker: u32,
-    pub block: u64,
+    pub worker: WorkerId,
+    pub block: BlockId,
 }
 
 /// What the master's memory learns from one entry. `Namespace::mutate` applies the
@@ -116,18 +123,18 @@ pub(super) fn step(store: &Store, entry: &JournalEntry) -> FsResult<Applied> {
             }),
             Some(Kind::ReleaseLease(id)) => fx.released.push(*id),
             Some(Kind::ReplicaCommitted(r)) => fx.committed.push(Committed {
-                worker: r.worker_id,
-                block: r.block_id,
+                worker: WorkerId(r.worker_id),
+                block: BlockId(r.block_id),
                 len: r.len,
             }),
             Some(Kind::ReplicaFreed(r)) => fx.freed.push(Freed {
-                worker: r.worker_id,
-                block: r.block_id,
+                worker: WorkerId(r.worker_id),
+                block: BlockId(r.block_id),
             }),
             Some(Kind::DeleteReplica(r)) => fx.deletes.push(Delete {
-                worker: r.worker_id,
-                block: r.block_id,
-                tier: r.tier,
+                worker: WorkerId(r.worker_id),
+                block: BlockId(r.block_id),
+                tier: tier_of(r.tier),
                 len: r.len,
             }),
             None => {}
@@ -265,25 +272,25 @@ mod tests {
                     client_id: 99
                 }],
                 committed: vec![Committed {
-                    worker: 1,
-                    block: 40,
+                    worker: WorkerId(1),
+                    block: BlockId(40),
                     len: 400
                 }],
                 freed: vec![Freed {
-                    worker: 4,
-                    block: 50
+                    worker: WorkerId(4),
+                    block: BlockId(50)
                 }],
                 deletes: vec![
                     Delete {
-                        worker: 3,
-                        block: 30,
-                        tier: 1,
+                        worker: WorkerId(3),
+                        block: BlockId(30),
+                        tier: StorageTier::Mem,
                         len: 300
                     },
                     Delete {
-                        worker: 5,
-                        block: 31,
-                        tier: 2,
+                        worker: WorkerId(5),
+                        block: BlockId(31),
+                        tier: StorageTier::Ssd,
                         len: 301
                     },
                 ],

@@ -145,9 +145,9 @@ impl Namespace {
                     for l in &gone {
                         txn.del_worker_block(l.worker_id, block.0);
                         txn.delete_replica(Delete {
-                            worker: l.worker_id,
-                            block: block.0,
-                            tier: l.tier,
+                            worker: WorkerId(l.worker_id),
+                            block: *block,
+                            tier: super::apply::tier_of(l.tier),
                             len: b.len,
                         });
                         n += 1;

@@ -336,10 +336,11 @@ impl Namespace {
                 return Ok(false);
             }
             let tier = b.locs.iter().find(|l| l.worker_id == worker.0).map_or(0, |l| l.tier);
+            let tier = super::apply::tier_of(tier);
             self.forget_replica(txn, worker, block)?;
             txn.delete_replica(Delete {
-                worker: worker.0,
-                block: block.0,
+                worker,
+                block,
                 tier,
                 len: b.len,
             });

@@ -313,9 +313,9 @@ impl<'a> Txn<'a> {
         for l in &b.locs {
             self.del_worker_block(l.worker_id, b.id);
             self.delete_replica(Delete {
-                worker: l.worker_id,
-                block: b.id,
-                tier: l.tier,
+                worker: curvine_common::WorkerId(l.worker_id),
+                block: curvine_common::BlockId(b.id),
+                tier: super::apply::tier_of(l.tier),
                 len: b.len,
             });
             self.replica_freed(l.worker_id, b.id);
@@ -328,9 +328,9 @@ impl<'a> Txn<'a> {
     /// Once applied, have the worker delete replica `d`.
     pub fn delete_replica(&mut self, d: Delete) {
         self.entry.push(Kind::DeleteReplica(ReplicaRec {
-            worker_id: d.worker,
-            block_id: d.block,
-            tier: d.tier,
+            worker_id: d.worker.0,
+            block_id: d.block.0,
+            tier: d.tier as i32,
             len: d.len,
         }));
     }

@@ -553,9 +553,9 @@ impl Namespace {
             for l in std::mem::take(&mut b.locs) {
                 txn.del_worker_block(l.worker_id, b.id);
                 txn.delete_replica(Delete {
-                    worker: l.worker_id,
-                    block: b.id,
-                    tier: l.tier,
+                    worker: WorkerId(l.worker_id),
+                    block: BlockId(b.id),
+                    tier: super::apply::tier_of(l.tier),
                     len: b.len,
                 });
                 txn.replica_freed(l.worker_id, b.id);

@@ -165,11 +165,11 @@ impl Workers {
             .collect()
     }
 
-    /// Queue replica `d` (a journal effect, in raw ids) for deletion on its worker.
+    /// Queue replica `d` (a journal effect) for deletion on its worker.
     pub fn queue_delete(&self, d: Delete) {
-        if let Some(w) = self.write().get_mut(&WorkerId(d.worker)) {
-            w.pending_deletes.push(BlockId(d.block));
-            *w.freeing.entry(tier_of(d.tier)).or_default() += d.len;
+        if let Some(w) = self.write().get_mut(&d.worker) {
+            w.pending_deletes.push(d.block);
+            *w.freeing.entry(d.tier).or_default() += d.len;
         }
     }
 
@@ -195,10 +195,10 @@ impl Workers {
     }
 
     /// A block allocated since the last heartbeat was committed with `len` bytes: its
-    /// reservation shrinks to that. (Raw ids: a journal effect.)
-    pub fn block_committed(&self, worker: u32, block: u64, len: u64) {
-        if let Some(w) = self.write().get_mut(&WorkerId(worker)) {
-            if let Some((tier, bytes)) = w.reserved_blocks.get_mut(&BlockId(block)) {
+    /// reservation shrinks to that.
+    pub fn block_committed(&self, worker: WorkerId, block: BlockId, len: u64) {
+        if let Some(w) = self.write().get_mut(&worker) {
+            if let Some((tier, bytes)) = w.reserved_blocks.get_mut(&block) {
                 let r = w.reserved.entry(*tier).or_default();
                 *r = r.saturating_sub(bytes.saturating_sub(len));
                 *bytes = len.min(*bytes);
@@ -207,11 +207,10 @@ impl Workers {
     }
 
     /// A replica was dropped: give back its reservation. (Space it used is counted
-    /// free once the worker deleted it and reported its tiers. Raw ids: a journal
-    /// effect.)
-    pub fn block_dropped(&self, worker: u32, block: u64) {
-        if let Some(w) = self.write().get_mut(&WorkerId(worker)) {
-            if let Some((t, bytes)) = w.reserved_blocks.remove(&BlockId(block)) {
+    /// free once the worker deleted it and reported its tiers.)
+    pub fn block_dropped(&self, worker: WorkerId, block: BlockId) {
+        if let Some(w) = self.write().get_mut(&worker) {
+            if let Some((t, bytes)) = w.reserved_blocks.remove(&block) {
                 let r = w.reserved.entry(t).or_default();
                 *r = r.saturating_sub(bytes);
             }
@@ -653,10 +652,4 @@ impl Namespace {
 /// Block ids as the wire carries them.
 fn raw(ids: Vec<BlockId>) -> Vec<u64> {
     ids.into_iter().map(|b| b.0).collect()
-}
-
-/// A tier as records carry it; a value this build does not know counts as unspecified
-/// (no worker reports capacity there).
-fn tier_of(t: i32) -> StorageTier {
-    StorageTier::try_from(t).unwrap_or(StorageTier::Unspecified)
 }

@@ -420,7 +420,7 @@ impl Session {
         let (mut first, mut pages, mut blocks) = (0u64, 0, 0);
         loop {
             // one block more than a page, to know whether another page follows
-            let mut replicas = self.store.replicas_from(first, per_page + 1)?;
+            let mut replicas = self.store.replicas_from(BlockId(first), per_page + 1)?;
             let more = replicas.len() > per_page;
             replicas.truncate(per_page);
             // ids are distinct and in order, so only the final page can hold u64::MAX

@@ -90,11 +90,11 @@ pub async fn scrub_pass(
 ) -> FsResult<PassStats> {
     let mut stats = PassStats::default();
     let started = Instant::now();
-    let mut next = Some(0u64);
+    let mut next = Some(BlockId(0));
     while let Some(from) = next {
         let ids = store.block_ids_from(from, SCRUB_PAGE)?;
         next = match ids.last() {
-            Some(&l) if ids.len() == SCRUB_PAGE => l.checked_add(1),
+            Some(&l) if ids.len() == SCRUB_PAGE => l.0.checked_add(1).map(BlockId),
             _ => None,
         };
         for id in ids {
@@ -117,15 +117,15 @@ async fn scrub_block(
     bg: &Background,
     rate: u64,
     cancel: &CancellationToken,
-    id: u64,
+    id: BlockId,
     started: Instant,
     stats: &mut PassStats,
 ) -> FsResult<()> {
-    let block = match store.open_read_quiet(BlockId(id)) {
+    let block = match store.open_read_quiet(id) {
         Ok(b) => Arc::new(b),
         Err(FsError::BlockNotFound { .. }) => return Ok(()), // deleted meanwhile
         Err(e) => {
-            debug!(block = id, error = %e, "scrub: cannot open block");
+            debug!(block = id.0, error = %e, "scrub: cannot open block");
             return Ok(());
         }
     };
@@ -161,7 +161,7 @@ async fn scrub_block(
             }
             Err(e) => {
                 // a read error is as bad as a wrong checksum
-                warn!(block = id, error = %e, "scrub: read failed");
+                warn!(block = id.0, error = %e, "scrub: read failed");
                 bad = Some(off);
                 break;
             }
@@ -182,11 +182,11 @@ async fn scrub_block(
         }
     }
     if let Some(at) = bad {
-        warn!(block = id, offset = at, path = %block.path.display(),
+        warn!(block = id.0, offset = at, path = %block.path.display(),
             "scrub: stored block fails its checksum; removing it");
         crate::metrics::worker().checksum_failure(crate::metrics::ChecksumSource::Scrub);
-        if store.delete(BlockId(id))? {
-            bg.note_bad(id);
+        if store.delete(id)? {
+            bg.note_bad(id.0);
         }
         stats.bad += 1;
     }

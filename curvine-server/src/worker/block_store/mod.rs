@@ -245,22 +245,23 @@ impl BlockStore {
 
     /// Up to `limit` ids of committed blocks from `start` on, in order (a page of the
     /// full block report, or of a scrub pass).
-    pub fn block_ids_from(&self, start: u64, limit: usize) -> FsResult<Vec<u64>> {
-        self.lock().blocks.ids_from(start, limit)
+    pub fn block_ids_from(&self, start: BlockId, limit: usize) -> FsResult<Vec<BlockId>> {
+        let ids = self.lock().blocks.ids_from(start.0, limit)?;
+        Ok(ids.into_iter().map(BlockId).collect())
     }
 
     /// The ids of every committed block, in order.
     #[cfg(test)]
-    pub fn block_ids(&self) -> FsResult<Vec<u64>> {
-        self.block_ids_from(0, usize::MAX)
+    pub fn block_ids(&self) -> FsResult<Vec<BlockId>> {
+        self.block_ids_from(BlockId(0), usize::MAX)
     }
 
     /// Up to `limit` replicas held, from block id `start` on, in order (a page of the
-    /// full block report).
-    pub fn replicas_from(&self, start: u64, limit: usize) -> FsResult<Vec<BlockReplica>> {
+    /// full block report, in its wire form).
+    pub fn replicas_from(&self, start: BlockId, limit: usize) -> FsResult<Vec<BlockReplica>> {
         let g = self.lock();
         Ok(g.blocks
-            .entries_from(start, limit)?
+            .entries_from(start.0, limit)?
             .into_iter()
             .map(|(id, m)| BlockReplica {
                 block_id: id,

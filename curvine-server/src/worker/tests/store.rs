@@ -61,9 +61,9 @@ fn index_is_rebuilt_at_start_and_staging_cleared() {
     let r = store.open_read(BlockId(0x1_0000_0003)).unwrap();
     assert_eq!(r.crcs, chunk_crcs(&pattern(3 * CS, 3), CS));
     let ids = store.block_ids().unwrap();
-    assert_eq!(ids, [1, 2, 0x1_0000_0003]);
+    assert_eq!(ids, [BlockId(1), BlockId(2), BlockId(0x1_0000_0003)]);
     // a page names the replicas held from an id on, with their length and tier
-    let page = store.replicas_from(2, 2).unwrap();
+    let page = store.replicas_from(BlockId(2), 2).unwrap();
     let got: Vec<_> = page.iter().map(|r| (r.block_id, r.len, r.tier)).collect();
     let mem = StorageTier::Mem as i32;
     assert_eq!(got, [(2, 0, mem), (0x1_0000_0003, 3 * CS as u64, mem)]);
@@ -118,7 +118,7 @@ fn blocks_with_missing_or_bad_sidecars_are_discarded_at_start() {
     std::fs::copy(&s3, &odd_sidecar).unwrap();
 
     let store = open_store(&conf, "w".into()).unwrap();
-    assert_eq!(store.block_ids().unwrap(), [3]);
+    assert_eq!(store.block_ids().unwrap(), [BlockId(3)]);
     for gone in [&b1, &b2, &b4, &s4, &b5, &s5, &s6, &odd, &odd_sidecar] {
         assert!(!gone.exists(), "{} is left", gone.display());
     }
@@ -158,7 +158,7 @@ fn blocks_in_the_old_shard_layout_are_moved_at_start() {
     std::fs::write(old.join("junk"), b"x").unwrap();
 
     let store = open_store(&conf, "w".into()).unwrap();
-    let mut want = vec![a, b, c];
+    let mut want = vec![BlockId(a), BlockId(b), BlockId(c)];
     want.sort();
     assert_eq!(store.block_ids().unwrap(), want);
     for (i, id) in [a, b, c].into_iter().enumerate() {
