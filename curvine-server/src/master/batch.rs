@@ -251,11 +251,8 @@ impl Namespace {
             Err(decided) => {
                 // told here: the batch's lock is held, which `decided` would take
                 decided.disarm();
-                let e = FsError::Unavailable {
-                    message: "replication stopped".into(),
-                };
                 st.broken = true;
-                st.done.insert(id, (Err(e), members));
+                st.done.insert(id, (Err(super::raft::stopped()), members));
             }
         }
         self.batch.cv.notify_all();

@@ -365,7 +365,7 @@ impl RaftLogStorage<Cfg> for LogStore {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use openraft::{CommittedLeaderId, EntryPayload};
 
     use super::*;
@@ -378,15 +378,25 @@ mod tests {
     }
 
     fn entry(term: u64, index: u64) -> Entry<Cfg> {
+        proposal_entry(0, term, index)
+    }
+
+    /// An entry at `index` logged in term `logged_in` whose proposal was built in term
+    /// `built_in` (0: any).
+    pub(in crate::master::raft) fn proposal_entry(
+        built_in: u64,
+        logged_in: u64,
+        index: u64,
+    ) -> Entry<Cfg> {
         let mut je = JournalEntry::default();
         je.push(Kind::DelInode(index));
         Entry {
-            log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
+            log_id: LogId::new(CommittedLeaderId::new(logged_in, 1), index),
             payload: EntryPayload::Normal(Proposal {
                 origin: 7,
                 entry: Some(je),
                 parts: Vec::new(),
-                term: 0,
+                term: built_in,
             }),
         }
     }

@@ -31,7 +31,7 @@ use super::records::JournalEntry;
 use super::store::Store;
 
 pub use network::RaftSvc;
-pub use propose::Decided;
+pub use propose::{stopped, Decided};
 
 /// One log entry's payload: a mutation's journal entry and the client it was made for
 /// (`CallerInfo.client_id`, 0 for the master's own), which the change log reports.

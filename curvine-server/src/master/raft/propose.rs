@@ -37,7 +37,8 @@ impl Drop for Decided {
     }
 }
 
-fn stopped() -> FsError {
+/// Raft has stopped: nothing more is logged here.
+pub fn stopped() -> FsError {
     FsError::Unavailable {
         message: "replication stopped".into(),
     }

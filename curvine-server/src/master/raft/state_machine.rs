@@ -254,25 +254,8 @@ impl RaftSnapshotBuilder<Cfg> for Builder {
 
 #[cfg(test)]
 mod tests {
-    use openraft::{CommittedLeaderId, EntryPayload};
-
+    use super::super::log_store::tests::proposal_entry as entry;
     use super::*;
-    use crate::master::raft::Proposal;
-    use crate::master::records::{op::Kind, JournalEntry};
-
-    fn entry(built_in: u64, logged_in: u64, index: u64) -> Entry<Cfg> {
-        let mut je = JournalEntry::default();
-        je.push(Kind::DelInode(index));
-        Entry {
-            log_id: LogId::new(CommittedLeaderId::new(logged_in, 1), index),
-            payload: EntryPayload::Normal(Proposal {
-                origin: 0,
-                entry: Some(je),
-                parts: Vec::new(),
-                term: built_in,
-            }),
-        }
-    }
 
     /// A proposal logged in another term than it was built in is applied as nothing
     /// (its log id still counts as applied); one logged in its term is applied.
