@@ -180,11 +180,12 @@ first_ack_ms() { # first_ack_ms NS WHAT
   done
   echo $(( (first - $1) / 1000000 ))
 }
-# wait until the leader lists master ID with the whole log in one of ROLES (a jq test)
+# wait until the leader lists master ID with the whole log in one of ROLES (a jq test;
+# `$all` is the whole listing)
 wait_back() { # wait_back ID ROLES SECONDS
   local deadline=$(( $(date +%s) + $3 ))
   until cv_in c c admin masters --json 2>/dev/null \
-      | jq -e --argjson id "$1" ".[] | select(.id == \$id and ($2) and .lag == 0)" >/dev/null; do
+      | jq -e --argjson id "$1" ". as \$all | .[] | select(.id == \$id and ($2) and .lag == 0)" >/dev/null; do
     [ "$(date +%s)" -lt "$deadline" ] || { cv_in c c admin masters || true; die "master $1 did not rejoin within $3 s"; }
     sleep 0.2
   done
@@ -262,8 +263,10 @@ for k in $(seq "${NETNS_FAILOVERS:-2}"); do
   gaps+=("$ms")
   start "m$l" master
   # back with the whole log before the next kill: a follower, or the leader again when
-  # it came back before the others' election timeout (its vote still stands)
-  wait_back "$l" '.role == "follower" or .role == "leader"' 60
+  # it came back before the others' election timeout (its vote still stands) and leads
+  # them; a restarted leader believes it leads until it hears of the newer term, and
+  # answers so meanwhile, with the others unreachable
+  wait_back "$l" '.role == "follower" or (.role == "leader" and ($all | map(select(.role == "follower")) | length) == 2)' 60
   echo "netns-test: kill $k of the leader (master $l): first write sent after it acknowledged ${gaps[-1]} ms later; it rejoined"
 done
 sorted=$(printf '%s\n' "${gaps[@]}" | sort -n)

@@ -138,8 +138,10 @@ pub struct MasterConf {
     /// replicated log (`cv admin add-master` / `remove-master` change it), and a list
     /// that differs is logged and ignored. Empty = one master without replication.
     pub peers: Vec<String>,
-    /// A follower that hears no leader for this long (up to twice it, randomized)
-    /// starts an election.
+    /// Election timing, in openraft's terms: a follower that has heard no leader for
+    /// its leader lease (twice this) plus this once to twice (randomized) starts an
+    /// election, so a dead leader is replaced after 3-4 times this (7-8 times for a
+    /// follower that lost its last election to a longer log).
     pub election_timeout: Dur,
     /// How often the leader sends heartbeats to the followers.
     pub heartbeat_interval: Dur,
@@ -269,8 +271,8 @@ impl Default for MasterConf {
             busy_poll: Dur(Duration::from_micros(50)),
             node_id: 0,
             peers: Vec::new(),
-            election_timeout: Dur(Duration::from_millis(1000)),
-            heartbeat_interval: Dur(Duration::from_millis(200)),
+            election_timeout: Dur(Duration::from_millis(500)),
+            heartbeat_interval: Dur(Duration::from_millis(100)),
             snapshot_entries: 100_000,
         }
     }
