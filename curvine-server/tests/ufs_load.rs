@@ -1,6 +1,6 @@
 //! Load jobs and read-through under faults, against a real S3 server on loopback
-//! (s3s-fs): `cv load`'s master-run jobs (progress, cancel, a worker lost mid-job, the
-//! store gone afterwards), concurrent cold readers of one block, read-ahead, and a
+//! (s3s-fs): `cv load`'s master-run jobs (progress, cancel, a worker lost mid-job, a
+//! master restarted mid-job, the store gone afterwards), concurrent cold readers of one block, read-ahead, and a
 //! worker lost during a cold read. Each test runs its own cluster and server, since
 //! they stop nodes. Needs `--features curvine-server/fault-injection`.
 
@@ -173,6 +173,69 @@ fn a_load_finishes_on_another_worker_when_one_is_lost() {
             }
             assert!(fs.read_file(&path).await.unwrap() == *v, "{path} differs");
         }
+        c.shutdown().await.unwrap();
+    });
+}
+
+#[test]
+fn a_restarted_master_carries_on_its_load_jobs() {
+    runtime().block_on(async {
+        let mut c = cluster(1).await;
+        let fs = CurvineFs::connect(c.client_conf()).await.unwrap();
+        let s3 = S3Server::start(&[BUCKET]).await.unwrap();
+        let objs: Vec<(String, Vec<u8>)> = (0..3)
+            .map(|i| (format!("f{i}"), data(2 * BS + i, 500 + i as u64)))
+            .collect();
+        mount_with(&fs, &s3, &s3.endpoint(), "l5", "/l5", &objs).await;
+        // the worker's fetches are slow: the master stops while the job has blocks out
+        let w0 = c.worker_addr(0).to_string();
+        fault::arm_at(
+            "worker.ufs_fetch",
+            [&w0],
+            Fault::Delay(Duration::from_secs(2)),
+            None,
+        );
+        let job = fs.submit_load("/l5", false).await.unwrap();
+        wait_until(Duration::from_secs(20), || async {
+            fault::fired("worker.ufs_fetch", [&w0]) > 0
+        })
+        .await
+        .expect("the worker got load tasks");
+        let before = fs.load_job(job.id).await.unwrap();
+        assert_eq!(before.state, LoadState::LoadRunning as i32, "{before:?}");
+        c.restart_master().await.unwrap();
+        fault::clear_at("worker.ufs_fetch", [&w0]);
+        // the same job, carried on to the end by the restarted master
+        let j = wait_job(&fs, job.id, Duration::from_secs(30)).await;
+        assert_eq!(j.state, LoadState::LoadDone as i32, "{j:?}");
+        assert_eq!((j.path.as_str(), j.started_ms), ("/l5", job.started_ms));
+        // f0 is two blocks long, f1 and f2 three
+        assert_eq!((j.files_done, j.blocks_done, j.blocks_total), (3, 8, 8));
+        for (k, v) in &objs {
+            let path = format!("/l5/{k}");
+            for b in fs.block_locations(&path).await.unwrap() {
+                assert!(on_a_worker(&c, b.block_id), "{path}: block not loaded");
+            }
+            assert!(fs.read_file(&path).await.unwrap() == *v, "{path} differs");
+        }
+        // ids are not given twice across restarts, and a cancelled job stays cancelled
+        fault::arm_at(
+            "worker.ufs_fetch",
+            [&w0],
+            Fault::Delay(Duration::from_secs(2)),
+            None,
+        );
+        mount_with(&fs, &s3, &s3.endpoint(), "l6", "/l6", &objs).await;
+        let next = fs.submit_load("/l6", false).await.unwrap();
+        assert!(next.id > job.id, "{} after {}", next.id, job.id);
+        let cancelled = fs.cancel_load(next.id).await.unwrap();
+        assert_eq!(cancelled.state, LoadState::LoadCancelled as i32);
+        c.restart_master().await.unwrap();
+        fault::clear_at("worker.ufs_fetch", [&w0]);
+        let j = fs.load_job(next.id).await.unwrap();
+        assert_eq!(j.state, LoadState::LoadCancelled as i32, "{j:?}");
+        let ended = fs.load_job(job.id).await.unwrap();
+        assert_eq!(ended.state, LoadState::LoadDone as i32, "{ended:?}");
         c.shutdown().await.unwrap();
     });
 }

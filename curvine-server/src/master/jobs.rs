@@ -11,9 +11,13 @@
 //! [`SENT_TIMEOUT`] goes back to the queue, so a job survives a worker's loss; a block
 //! that fails [`MAX_ATTEMPTS`] times is counted failed and its error kept.
 //!
-//! Jobs live in the master's memory only: a restarted master forgets them (what they
-//! loaded stays cached; `cv load` again loads the rest). The last [`KEPT_ENDED`] ended
-//! jobs are kept for `cv load --status`.
+//! Each job is recorded in `meta` ([`META_JOB_PREFIX`], a [`JobRec`]: a journal entry,
+//! so replicated masters all hold it) when it is submitted and again when it ends. A
+//! master that starts leading (a new leader, or a master restarted) carries on every
+//! job recorded as running: it plans it again under the same id, which queues only
+//! the blocks no live worker holds yet (what was loaded counts as done at once), and
+//! answers for the ended ones. The last [`KEPT_ENDED`] ended jobs are kept for
+//! `cv load --status`.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,10 +29,21 @@ use curvine_common::proto::{
 };
 use curvine_common::types::now_ms;
 use curvine_common::{FsError, FsResult};
+use prost::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::namespace::{check, is_file, Namespace};
+use super::records::JobRec;
+
+/// Load jobs are recorded in `meta` under this prefix and the id (big-endian).
+pub const META_JOB_PREFIX: &[u8] = b"job/";
+
+fn job_key(id: u64) -> Vec<u8> {
+    let mut k = META_JOB_PREFIX.to_vec();
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
 
 /// A task handed to a worker that has not reported it within this time is requeued.
 const SENT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -54,6 +69,10 @@ struct Sent {
 
 struct Job {
     info: LoadJob,
+    recursive: bool,
+    caller: CallerInfo,
+    /// The term this master led in when it took the job on (0 on a single master).
+    term: u64,
     started: Instant,
     ended: Option<Instant>,
     planning: bool,
@@ -108,10 +127,19 @@ impl Job {
         }
     }
 
-    /// Ends the job once it is planned and every task ended.
-    fn maybe_end(&mut self) {
+    /// The job as recorded.
+    fn record(&self) -> JobRec {
+        JobRec {
+            job: Some(self.snapshot()),
+            recursive: self.recursive,
+            caller: Some(self.caller.clone()),
+        }
+    }
+
+    /// Ends the job once it is planned and every task ended; whether it ended now.
+    fn maybe_end(&mut self) -> bool {
         if !self.running() || self.planning || !self.queue.is_empty() || !self.sent.is_empty() {
-            return;
+            return false;
         }
         let failed = self.info.blocks_failed > 0 || !self.info.errors.is_empty();
         self.info.state = if failed {
@@ -123,6 +151,7 @@ impl Job {
         info!(job = self.info.id, path = %self.info.path, files = self.info.files_done,
             bytes = self.info.bytes_done, failed_blocks = self.info.blocks_failed,
             secs = self.started.elapsed().as_secs_f64(), "load job ended");
+        true
     }
 
     fn requeue(&mut self, block: u64, why: &str) {
@@ -141,9 +170,15 @@ impl Job {
 
 #[derive(Default)]
 struct State {
-    next: u64,
     jobs: BTreeMap<u64, Job>,
+    /// Jobs that ended and are still recorded as running.
+    unsaved: Vec<u64>,
+    /// The term in which this master took on the recorded jobs (`Jobs::restore`).
+    resumed: Option<u64>,
 }
+
+/// A job to plan: its id, path, whether recursive, and who submitted it.
+pub(super) type ToPlan = (u64, String, bool, CallerInfo, CancellationToken);
 
 /// The master's load jobs.
 pub(super) struct Jobs {
@@ -163,21 +198,24 @@ impl Jobs {
         self.st.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A new job for `path`, being planned.
-    fn submit(&self, path: &str) -> (LoadJob, CancellationToken) {
+    /// Job `rec` (recorded as running), taken on in `term` and being planned.
+    fn submit(&self, rec: JobRec, term: u64) -> ToPlan {
         let mut st = self.lock();
-        st.next += 1;
-        let id = st.next;
+        let old = rec.job.unwrap_or_default();
         let cancel = CancellationToken::new();
+        let ago = Duration::from_millis(now_ms().saturating_sub(old.started_ms).max(0) as u64);
         let job = Job {
             info: LoadJob {
-                id,
-                path: path.to_string(),
+                id: old.id,
+                path: old.path,
                 state: LoadState::LoadRunning as i32,
-                started_ms: now_ms(),
+                started_ms: old.started_ms,
                 ..Default::default()
             },
-            started: Instant::now(),
+            recursive: rec.recursive,
+            caller: rec.caller.unwrap_or_default(),
+            term,
+            started: Instant::now().checked_sub(ago).unwrap_or_else(Instant::now),
             ended: None,
             planning: true,
             cancel: cancel.clone(),
@@ -185,20 +223,125 @@ impl Jobs {
             sent: HashMap::new(),
             left: HashMap::new(),
         };
-        let snap = job.snapshot();
-        st.jobs.insert(id, job);
-        let ended: Vec<u64> = st
+        let plan = (
+            job.info.id,
+            job.info.path.clone(),
+            job.recursive,
+            job.caller.clone(),
+            cancel,
+        );
+        if let Some(old) = st.jobs.insert(job.info.id, job) {
+            // taken on in an earlier term: its planning stops
+            old.cancel.cancel();
+        }
+        st.trim();
+        plan
+    }
+
+    /// An ended job as recorded (`rec`), to answer for.
+    fn ended(st: &mut State, rec: JobRec, term: u64) {
+        let info = rec.job.unwrap_or_default();
+        let now = Instant::now();
+        let started = now
+            .checked_sub(Duration::from_millis(info.elapsed_ms))
+            .unwrap_or(now);
+        let old = st.jobs.insert(
+            info.id,
+            Job {
+                recursive: rec.recursive,
+                caller: rec.caller.unwrap_or_default(),
+                term,
+                started,
+                ended: Some(now),
+                planning: false,
+                cancel: CancellationToken::new(),
+                queue: VecDeque::new(),
+                sent: HashMap::new(),
+                left: HashMap::new(),
+                info,
+            },
+        );
+        if let Some(old) = old {
+            old.cancel.cancel();
+        }
+    }
+
+    /// Take on the recorded jobs (`recs`) as the master leading in `term`: the running
+    /// ones are planned again (returned), the ended ones answered for. A job this
+    /// master already took on in `term` is left as it is.
+    pub(super) fn restore(&self, term: u64, recs: Vec<JobRec>) -> Vec<ToPlan> {
+        let mut plans = Vec::new();
+        for rec in recs {
+            let Some(id) = rec.job.as_ref().map(|j| j.id) else {
+                continue;
+            };
+            if self.lock().jobs.get(&id).is_some_and(|j| j.term == term) {
+                continue;
+            }
+            let running = rec
+                .job
+                .as_ref()
+                .is_some_and(|j| j.state == LoadState::LoadRunning as i32);
+            if running {
+                plans.push(self.submit(rec, term));
+            } else {
+                let mut st = self.lock();
+                Jobs::ended(&mut st, rec, term);
+                st.trim();
+            }
+        }
+        self.lock().resumed = Some(term);
+        plans
+    }
+
+    /// The term in which this master took on the recorded jobs (`None`: it has not
+    /// since it last led).
+    pub(super) fn resumed_in(&self) -> Option<u64> {
+        self.lock().resumed
+    }
+
+    /// This master does not lead: the recorded jobs are taken on anew when it leads
+    /// again, and ends it could not record are left to that.
+    pub(super) fn stepped_down(&self) {
+        let mut st = self.lock();
+        st.resumed = None;
+        st.unsaved.clear();
+    }
+
+    /// Records of the jobs that ended since the last call (`unsave` them if they could
+    /// not be written).
+    pub(super) fn take_unsaved(&self) -> Vec<JobRec> {
+        let mut st = self.lock();
+        let ids = std::mem::take(&mut st.unsaved);
+        ids.iter()
+            .filter_map(|id| st.jobs.get(id).map(Job::record))
+            .collect()
+    }
+
+    /// Ended jobs whose records could not be written: try again later.
+    pub(super) fn unsave(&self, recs: &[JobRec]) {
+        let mut st = self.lock();
+        st.unsaved
+            .extend(recs.iter().filter_map(|r| r.job.as_ref().map(|j| j.id)));
+    }
+}
+
+impl State {
+    /// Forget the oldest ended jobs past `KEPT_ENDED`.
+    fn trim(&mut self) {
+        let ended: Vec<u64> = self
             .jobs
             .iter()
             .filter(|(_, j)| !j.running())
             .map(|(id, _)| *id)
             .collect();
         for id in ended.iter().take(ended.len().saturating_sub(KEPT_ENDED)) {
-            st.jobs.remove(id);
+            self.jobs.remove(id);
         }
-        (snap, cancel)
     }
+}
 
+impl Jobs {
     /// File `inode` of `len` bytes belongs to the job: `cached` blocks are held already,
     /// `tasks` are to load.
     fn add_file(&self, job: u64, inode: u64, len: u64, cached: (u64, u64), tasks: Vec<Task>) {
@@ -223,15 +366,18 @@ impl Jobs {
     /// Planning ended (`Err`: the listing failed part way).
     fn planned(&self, job: u64, r: FsResult<()>) {
         let mut st = self.lock();
-        if let Some(j) = st.jobs.get_mut(&job) {
-            j.planning = false;
-            if let Err(e) = r {
-                if j.running() {
-                    warn!(job, error = %e, "planning a load job failed");
-                    j.error(e.to_string());
-                }
+        let Some(j) = st.jobs.get_mut(&job) else {
+            return;
+        };
+        j.planning = false;
+        if let Err(e) = r {
+            if j.running() {
+                warn!(job, error = %e, "planning a load job failed");
+                j.error(e.to_string());
             }
-            j.maybe_end();
+        }
+        if j.maybe_end() {
+            st.unsaved.push(job);
         }
     }
 
@@ -282,6 +428,7 @@ impl Jobs {
             return;
         }
         let mut st = self.lock();
+        let mut ended = Vec::new();
         for r in results {
             for j in st.jobs.values_mut().filter(|j| j.running()) {
                 if j.sent.get(&r.block_id).is_none_or(|s| s.worker != worker) {
@@ -305,9 +452,12 @@ impl Jobs {
                         j.block_ended(s.task.inode, s.task.ufs.len, false);
                     }
                 }
-                j.maybe_end();
+                if j.maybe_end() {
+                    ended.push(j.info.id);
+                }
             }
         }
+        st.unsaved.extend(ended);
     }
 
     /// `worker` registered again (it restarted): what it was loading is lost.
@@ -370,19 +520,63 @@ impl Jobs {
             j.info.state = LoadState::LoadCancelled as i32;
             j.ended = Some(Instant::now());
             info!(job = id, path = %j.info.path, "load job cancelled");
+            let snap = j.snapshot();
+            st.unsaved.push(id);
+            return Ok(snap);
         }
         Ok(j.snapshot())
     }
 }
 
 impl Namespace {
-    /// Start a load job for `path` (the files in it, or under it with `recursive`);
-    /// it is planned in the background.
-    pub fn submit_load(self: &Arc<Self>, path: &str, recursive: bool, c: CallerInfo) -> LoadJob {
-        let (job, cancel) = self.jobs.submit(path);
-        info!(job = job.id, path, recursive, "load job submitted");
+    /// Start a load job for `path` (the files in it, or under it with `recursive`):
+    /// recorded, then planned in the background.
+    pub async fn submit_load(
+        self: &Arc<Self>,
+        path: &str,
+        recursive: bool,
+        c: CallerInfo,
+    ) -> FsResult<LoadJob> {
+        self.resume_jobs().await?;
         let ns = self.clone();
-        let (id, path) = (job.id, path.to_string());
+        let (p, cc) = (path.to_string(), c.clone());
+        let started_ms = now_ms();
+        let (rec, seq) = tokio::task::spawn_blocking(move || {
+            ns.mutate(cc.client_id, |txn| {
+                let id = txn.counters.next_job.max(1);
+                txn.counters.next_job = id + 1;
+                let rec = JobRec {
+                    job: Some(LoadJob {
+                        id,
+                        path: p,
+                        state: LoadState::LoadRunning as i32,
+                        started_ms,
+                        ..Default::default()
+                    }),
+                    recursive,
+                    caller: Some(cc.clone()),
+                };
+                txn.put_meta(job_key(id), rec.encode_to_vec());
+                Ok(rec)
+            })
+        })
+        .await
+        .map_err(|e| FsError::internal(format!("submit load: {e}")))??;
+        self.syncer.wait(seq).await?;
+        let plan = self.jobs.submit(rec, self.term());
+        let job = self.jobs.get(plan.0)?;
+        info!(job = job.id, path, recursive, "load job submitted");
+        self.plan_in_background(plan);
+        Ok(job)
+    }
+
+    /// The term this master leads in (0 on a single master).
+    fn term(&self) -> u64 {
+        self.replica.get().map_or(0, |r| r.term())
+    }
+
+    fn plan_in_background(self: &Arc<Self>, (id, path, recursive, c, cancel): ToPlan) {
+        let ns = self.clone();
         tokio::spawn(async move {
             let r = tokio::select! {
                 r = ns.plan_load(id, &path, recursive, &c) => r,
@@ -390,7 +584,92 @@ impl Namespace {
             };
             ns.jobs.planned(id, r);
         });
-        job
+    }
+
+    /// On the master that leads, once per term: take on the recorded jobs (plan the
+    /// running ones again). Called before a job is looked up, and by the `load_jobs`
+    /// task, so a new leader carries them on within a tick.
+    pub(super) async fn resume_jobs(self: &Arc<Self>) -> FsResult<()> {
+        if !self.leads() {
+            self.jobs.stepped_down();
+            return Ok(());
+        }
+        let term = self.term();
+        if self.jobs.resumed_in() == Some(term) {
+            return Ok(());
+        }
+        // every record committed before now is applied here
+        self.linearize(&None).await?;
+        let mut recs = Vec::new();
+        for (k, v) in self.store.meta_scan(META_JOB_PREFIX)? {
+            match JobRec::decode(v.as_slice()) {
+                Ok(r) => recs.push(r),
+                Err(e) => {
+                    warn!(key = ?k, error = %e, "a load job's record does not decode; skipped")
+                }
+            }
+        }
+        for plan in self.jobs.restore(term, recs) {
+            info!(job = plan.0, path = %plan.1, "load job carried on");
+            self.plan_in_background(plan);
+        }
+        Ok(())
+    }
+
+    /// The `load_jobs` task's step: take on the recorded jobs when this master starts
+    /// leading, and record the ends of jobs (keeping the newest `KEPT_ENDED` ended).
+    pub(super) async fn job_upkeep(self: &Arc<Self>) -> FsResult<()> {
+        self.resume_jobs().await?;
+        if !self.leads() {
+            return Ok(());
+        }
+        let ended = self.jobs.take_unsaved();
+        if ended.is_empty() {
+            return Ok(());
+        }
+        let ns = self.clone();
+        let recs = ended.clone();
+        let saved = tokio::task::spawn_blocking(move || {
+            let mut old: Vec<u64> = Vec::new();
+            for (k, v) in ns.store.meta_scan(META_JOB_PREFIX)? {
+                let rec = JobRec::decode(v.as_slice()).ok().and_then(|r| r.job);
+                match (
+                    <[u8; 8]>::try_from(k.as_slice()).map(u64::from_be_bytes),
+                    rec,
+                ) {
+                    (Ok(id), Some(j)) if j.state != LoadState::LoadRunning as i32 => old.push(id),
+                    _ => {}
+                }
+            }
+            let ids: Vec<u64> = recs
+                .iter()
+                .filter_map(|r| r.job.as_ref().map(|j| j.id))
+                .collect();
+            old.retain(|id| !ids.contains(id));
+            old.sort_unstable();
+            let drop = (old.len() + ids.len()).saturating_sub(KEPT_ENDED);
+            ns.mutate(0, |txn| {
+                for r in &recs {
+                    if let Some(j) = &r.job {
+                        txn.put_meta(job_key(j.id), r.encode_to_vec());
+                    }
+                }
+                for id in old.iter().take(drop) {
+                    txn.del_meta(job_key(*id));
+                }
+                Ok(())
+            })
+        })
+        .await
+        .map_err(|e| FsError::internal(format!("record ended load jobs: {e}")));
+        let res = match saved {
+            Ok(Ok(((), seq))) => self.syncer.wait(seq).await,
+            Ok(Err(e)) | Err(e) => Err(e),
+        };
+        if res.is_err() {
+            self.jobs.unsave(&ended);
+        }
+        res
     }
 
     async fn plan_load(

@@ -169,6 +169,16 @@ pub async fn run_with_web(
                 }
             },
         );
+        let n = ns.clone();
+        ns.tasks.every(
+            "load_jobs",
+            Duration::from_secs(1),
+            "carry on recorded load jobs, record the ended ones",
+            move || {
+                let n = n.clone();
+                async move { n.job_upkeep().await }
+            },
+        );
         let (n, every) = (ns.clone(), conf.master.replication_interval.0);
         ns.tasks.spawn("replication", move |t| {
             replication::replication_loop(n, every, t)

@@ -44,7 +44,7 @@ pub struct Namespace {
     pub(super) mounts: super::mounts::Mounts,
     /// The master's background tasks (started by `master::run`, listed by `report`).
     pub(super) tasks: curvine_common::tasks::Tasks,
-    /// Load jobs (in memory).
+    /// Load jobs (the running ones and the last ended; recorded in `meta`).
     pub(super) jobs: super::jobs::Jobs,
     /// Uploads of files written under mounts.
     pub(super) persister: super::persist::Persister,

@@ -162,6 +162,23 @@ pub struct Counters {
     /// Mutations in the retry cache (`retry_cache`).
     #[prost(uint64, tag = "7")]
     pub retry_entries: u64,
+    /// The next load job's id (`jobs`); 0 counts as 1.
+    #[prost(uint64, tag = "8")]
+    pub next_job: u64,
+}
+
+/// A load job as recorded (`jobs::META_JOB_PREFIX`): what a restarted master or a new
+/// leader needs to carry it on, or to answer for it once it ended.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct JobRec {
+    /// Its id, path and start; once it ended, its state and figures at the end.
+    #[prost(message, optional, tag = "1")]
+    pub job: Option<curvine_common::proto::LoadJob>,
+    #[prost(bool, tag = "2")]
+    pub recursive: bool,
+    /// Who submitted it: its files are listed and opened with their rights.
+    #[prost(message, optional, tag = "3")]
+    pub caller: Option<curvine_common::proto::CallerInfo>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

@@ -563,7 +563,10 @@ impl MasterService for MasterSvc {
         self.ns.check_leads()?;
         let r = req.into_inner();
         let path = curvine_common::path::normalize(&r.path)?;
-        let job = self.ns.submit_load(&path, r.recursive, caller(&r.caller));
+        let job = self
+            .ns
+            .submit_load(&path, r.recursive, caller(&r.caller))
+            .await?;
         Ok(Response::new(SubmitLoadResponse { job: Some(job) }))
     }
 
@@ -571,6 +574,7 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.GetLoad", &req);
         // load jobs and uploads run on the leader alone
         self.ns.check_leads()?;
+        self.ns.resume_jobs().await?;
         let r = req.into_inner();
         let jobs = if r.job_id != 0 {
             vec![self.ns.jobs.get(r.job_id)?]
@@ -588,8 +592,11 @@ impl MasterService for MasterSvc {
         fault_rpc!("master.CancelLoad", &req);
         // load jobs and uploads run on the leader alone
         self.ns.check_leads()?;
+        self.ns.resume_jobs().await?;
         let r = req.into_inner();
         let job = self.ns.jobs.cancel(r.job_id)?;
+        // the cancel is recorded before it is acknowledged
+        self.ns.job_upkeep().await?;
         Ok(Response::new(CancelLoadResponse { job: Some(job) }))
     }
 

@@ -104,6 +104,7 @@ pub(super) fn format(store: &Store, cluster: Option<String>) -> FsResult<()> {
         blocks: 0,
         next_mount: 1,
         retry_entries: 0,
+        next_job: 1,
     };
     let pid = std::process::id();
     let nanos = std::time::SystemTime::now()
