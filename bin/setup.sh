@@ -66,6 +66,6 @@ if [ "${SETUP_TEST_TOOLS:-0}" = 1 ]; then
 fi
 
 if [ "${SETUP_NO_BUILD:-0}" != 1 ]; then
-  echo "setup: cargo build --release (a cold build takes about half an hour on 2 cores)"
+  echo "setup: cargo build --release (a cold build takes 15-25 minutes on 2 cores)"
   (cd "$CURVINE_HOME" && cargo build --release --workspace --bins)
 fi
