@@ -305,6 +305,7 @@ fn report_lists_the_background_tasks() {
             [
                 "journal_sync",
                 "lease_expiry",
+                "load_jobs",
                 "lost_workers",
                 "persist",
                 "purge",

@@ -67,6 +67,26 @@ async fn wait_job(fs: &CurvineFs, id: u64, within: Duration) -> LoadJob {
     j
 }
 
+/// Slow worker `i`'s fetches by `delay`, submit a load of `path` (not recursive) and
+/// wait until that worker has taken one of its blocks; the job and the worker's address.
+async fn load_with_slow_fetches(
+    c: &MiniCluster,
+    fs: &CurvineFs,
+    i: usize,
+    delay: Duration,
+    path: &str,
+) -> (LoadJob, String) {
+    let w = c.worker_addr(i).to_string();
+    fault::arm_at("worker.ufs_fetch", [&w], Fault::Delay(delay), None);
+    let job = fs.submit_load(path, false).await.unwrap();
+    wait_until(Duration::from_secs(20), || async {
+        fault::fired("worker.ufs_fetch", [&w]) > 0
+    })
+    .await
+    .expect("the worker got load tasks");
+    (job, w)
+}
+
 fn objects() -> Vec<(String, Vec<u8>)> {
     [
         ("empty", 0),
@@ -148,19 +168,7 @@ fn a_load_finishes_on_another_worker_when_one_is_lost() {
             .collect();
         mount_with(&fs, &s3, &s3.endpoint(), "l2", "/l2", &objs).await;
         // worker 0's fetches hang: it is stopped while it holds load tasks
-        let w0 = c.worker_addr(0).to_string();
-        fault::arm_at(
-            "worker.ufs_fetch",
-            [&w0],
-            Fault::Delay(Duration::from_secs(600)),
-            None,
-        );
-        let job = fs.submit_load("/l2", false).await.unwrap();
-        wait_until(Duration::from_secs(20), || async {
-            fault::fired("worker.ufs_fetch", [&w0]) > 0
-        })
-        .await
-        .expect("worker 0 got load tasks");
+        let (job, w0) = load_with_slow_fetches(&c, &fs, 0, Duration::from_secs(600), "/l2").await;
         c.stop_worker(0).await.unwrap();
         let j = wait_job(&fs, job.id, Duration::from_secs(30)).await;
         fault::clear_at("worker.ufs_fetch", [&w0]);
@@ -188,19 +196,7 @@ fn a_restarted_master_carries_on_its_load_jobs() {
             .collect();
         mount_with(&fs, &s3, &s3.endpoint(), "l5", "/l5", &objs).await;
         // the worker's fetches are slow: the master stops while the job has blocks out
-        let w0 = c.worker_addr(0).to_string();
-        fault::arm_at(
-            "worker.ufs_fetch",
-            [&w0],
-            Fault::Delay(Duration::from_secs(2)),
-            None,
-        );
-        let job = fs.submit_load("/l5", false).await.unwrap();
-        wait_until(Duration::from_secs(20), || async {
-            fault::fired("worker.ufs_fetch", [&w0]) > 0
-        })
-        .await
-        .expect("the worker got load tasks");
+        let (job, w0) = load_with_slow_fetches(&c, &fs, 0, Duration::from_secs(2), "/l5").await;
         let before = fs.load_job(job.id).await.unwrap();
         assert_eq!(before.state, LoadState::LoadRunning as i32, "{before:?}");
         c.restart_master().await.unwrap();
@@ -219,14 +215,8 @@ fn a_restarted_master_carries_on_its_load_jobs() {
             assert!(fs.read_file(&path).await.unwrap() == *v, "{path} differs");
         }
         // ids are not given twice across restarts, and a cancelled job stays cancelled
-        fault::arm_at(
-            "worker.ufs_fetch",
-            [&w0],
-            Fault::Delay(Duration::from_secs(2)),
-            None,
-        );
         mount_with(&fs, &s3, &s3.endpoint(), "l6", "/l6", &objs).await;
-        let next = fs.submit_load("/l6", false).await.unwrap();
+        let (next, _) = load_with_slow_fetches(&c, &fs, 0, Duration::from_secs(2), "/l6").await;
         assert!(next.id > job.id, "{} after {}", next.id, job.id);
         let cancelled = fs.cancel_load(next.id).await.unwrap();
         assert_eq!(cancelled.state, LoadState::LoadCancelled as i32);
