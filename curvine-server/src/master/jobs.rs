@@ -198,72 +198,51 @@ impl Jobs {
         self.st.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Job `rec` (recorded as running), taken on in `term` and being planned.
-    fn submit(&self, rec: JobRec, term: u64) -> ToPlan {
-        let mut st = self.lock();
+    /// Take on job `rec` in `term`: a job recorded as running starts over (its plan is
+    /// returned), an ended one is answered for. A job this master held from an earlier
+    /// term is replaced and its planning stopped.
+    fn take_on(&self, rec: JobRec, term: u64) -> Option<ToPlan> {
         let old = rec.job.unwrap_or_default();
-        let cancel = CancellationToken::new();
-        let ago = Duration::from_millis(now_ms().saturating_sub(old.started_ms).max(0) as u64);
-        let job = Job {
-            info: LoadJob {
+        let running = old.state == LoadState::LoadRunning as i32;
+        let now = Instant::now();
+        let (info, age, ended) = if running {
+            let info = LoadJob {
                 id: old.id,
                 path: old.path,
-                state: LoadState::LoadRunning as i32,
+                state: old.state,
                 started_ms: old.started_ms,
                 ..Default::default()
-            },
+            };
+            let age = now_ms().saturating_sub(old.started_ms).max(0) as u64;
+            (info, age, None)
+        } else {
+            let age = old.elapsed_ms;
+            (old, age, Some(now))
+        };
+        let job = Job {
             recursive: rec.recursive,
             caller: rec.caller.unwrap_or_default(),
             term,
-            started: Instant::now().checked_sub(ago).unwrap_or_else(Instant::now),
-            ended: None,
-            planning: true,
-            cancel: cancel.clone(),
+            started: now.checked_sub(Duration::from_millis(age)).unwrap_or(now),
+            ended,
+            planning: running,
+            cancel: CancellationToken::new(),
             queue: VecDeque::new(),
             sent: HashMap::new(),
             left: HashMap::new(),
+            info,
         };
-        let plan = (
-            job.info.id,
-            job.info.path.clone(),
-            job.recursive,
-            job.caller.clone(),
-            cancel,
-        );
+        let plan = running.then(|| {
+            let i = &job.info;
+            let c = job.cancel.clone();
+            (i.id, i.path.clone(), job.recursive, job.caller.clone(), c)
+        });
+        let mut st = self.lock();
         if let Some(old) = st.jobs.insert(job.info.id, job) {
-            // taken on in an earlier term: its planning stops
             old.cancel.cancel();
         }
         st.trim();
         plan
-    }
-
-    /// An ended job as recorded (`rec`), to answer for.
-    fn ended(st: &mut State, rec: JobRec, term: u64) {
-        let info = rec.job.unwrap_or_default();
-        let now = Instant::now();
-        let started = now
-            .checked_sub(Duration::from_millis(info.elapsed_ms))
-            .unwrap_or(now);
-        let old = st.jobs.insert(
-            info.id,
-            Job {
-                recursive: rec.recursive,
-                caller: rec.caller.unwrap_or_default(),
-                term,
-                started,
-                ended: Some(now),
-                planning: false,
-                cancel: CancellationToken::new(),
-                queue: VecDeque::new(),
-                sent: HashMap::new(),
-                left: HashMap::new(),
-                info,
-            },
-        );
-        if let Some(old) = old {
-            old.cancel.cancel();
-        }
     }
 
     /// Take on the recorded jobs (`recs`) as the master leading in `term`: the running
@@ -278,17 +257,7 @@ impl Jobs {
             if self.lock().jobs.get(&id).is_some_and(|j| j.term == term) {
                 continue;
             }
-            let running = rec
-                .job
-                .as_ref()
-                .is_some_and(|j| j.state == LoadState::LoadRunning as i32);
-            if running {
-                plans.push(self.submit(rec, term));
-            } else {
-                let mut st = self.lock();
-                Jobs::ended(&mut st, rec, term);
-                st.trim();
-            }
+            plans.extend(self.take_on(rec, term));
         }
         self.lock().resumed = Some(term);
         plans
@@ -563,7 +532,10 @@ impl Namespace {
         .await
         .map_err(|e| FsError::internal(format!("submit load: {e}")))??;
         self.syncer.wait(seq).await?;
-        let plan = self.jobs.submit(rec, self.term());
+        let plan = self
+            .jobs
+            .take_on(rec, self.term())
+            .ok_or_else(|| FsError::internal("a new load job is not running"))?;
         let job = self.jobs.get(plan.0)?;
         info!(job = job.id, path, recursive, "load job submitted");
         self.plan_in_background(plan);
