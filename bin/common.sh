@@ -7,6 +7,26 @@ export CURVINE_HOME CURVINE_CONF_FILE CURVINE_BIN_DIR CURVINE_RUN_DIR
 
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 
+# RocksDB: the build links the system's 7.8 (Debian 12's librocksdb-dev, see
+# .cargo/config.toml). Without it (another distribution or release), it compiles the
+# one in the crate instead. ROCKSDB_COMPILE or ROCKSDB_LIB_DIR set by the caller wins.
+# Called again once bin/setup.sh has installed the package.
+rocksdb_env() {
+  if [ "${CURVINE_ROCKSDB_COMPILE:-}" = auto ]; then
+    unset ROCKSDB_COMPILE ROCKSDB_INCLUDE_DIR CURVINE_ROCKSDB_COMPILE
+  fi
+  if [ -n "${ROCKSDB_COMPILE:-}" ]; then
+    export ROCKSDB_INCLUDE_DIR="${ROCKSDB_INCLUDE_DIR:-rocksdb/include}"   # its own header
+    return 0
+  fi
+  [ -n "${ROCKSDB_LIB_DIR:-}" ] && return 0
+  local v=/usr/include/rocksdb/version.h
+  if ! { grep -qx '#define ROCKSDB_MAJOR 7' "$v" && grep -qx '#define ROCKSDB_MINOR 8' "$v"; } 2>/dev/null; then
+    export ROCKSDB_COMPILE=1 ROCKSDB_INCLUDE_DIR=rocksdb/include CURVINE_ROCKSDB_COMPILE=auto
+  fi
+}
+rocksdb_env
+
 need_bin() {
   [ -x "$CURVINE_BIN_DIR/$1" ] || die "$CURVINE_BIN_DIR/$1 not found: run bin/setup.sh (or cargo build --release) first"
 }

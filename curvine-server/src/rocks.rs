@@ -1,7 +1,24 @@
 //! RocksDB settings shared by the master's metadata store and the worker's block index:
 //! both serve point lookups from a small, fixed amount of memory.
 
-use rocksdb::{BlockBasedIndexType, BlockBasedOptions, Cache};
+use rocksdb::{BlockBasedIndexType, BlockBasedOptions, Cache, DBCompressionType, Options};
+
+/// Options of a column family of small records through `table`: memtables of
+/// `write_buffer` bytes (two at most), and a small base level of small tables, so each
+/// compaction's work and memory stay bounded as the store grows. Tables are not
+/// compressed: the records are small, and a store written by a RocksDB built with a
+/// compression library (Debian's is) must open with one built without any (the
+/// bundled build).
+pub fn column_family(table: &BlockBasedOptions, write_buffer: usize) -> Options {
+    let mut o = Options::default();
+    o.set_compression_type(DBCompressionType::None);
+    o.set_write_buffer_size(write_buffer);
+    o.set_max_write_buffer_number(2);
+    o.set_block_based_table_factory(table);
+    o.set_max_bytes_for_level_base(16 << 20);
+    o.set_target_file_size_base(4 << 20);
+    o
+}
 
 /// Table settings for point lookups through the one LRU `cache`, whatever the number
 /// of tables: every block, index and filter included, goes through the cache.

@@ -113,6 +113,7 @@ impl Store {
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.create_missing_column_families(true);
+        opts.set_compression_type(rocksdb::DBCompressionType::None);
         opts.increase_parallelism(2);
         opts.set_max_background_jobs(2);
         // Bounded memory: the memtables of all column families share `write_buffer`
@@ -124,7 +125,8 @@ impl Store {
         // default): five inputs took 10 MB at once, the master's peak RSS. The tables
         // are small and read from the page cache; 256 KiB reads are enough.
         opts.set_compaction_readahead_size(256 << 10);
-        let block_cache = rocksdb::Cache::new_lru_cache((cache as usize).max(1 << 20));
+        let block_cache = rocksdb::Cache::new_lru_cache((cache as usize).max(1 << 20))
+            .map_err(|e| db_err("block cache", e))?;
         let table = crate::rocks::point_lookup_tables(&block_cache);
         // Each column family may take half of `write_buffer`: inodes and edges take
         // nearly all the writes of a namespace, and `set_db_write_buffer_size` above
@@ -140,18 +142,13 @@ impl Store {
         ]
         .into_iter()
         .map(|n| {
-            let mut o = Options::default();
-            o.set_write_buffer_size(write_buffer / 2);
-            o.set_max_write_buffer_number(2);
-            o.set_block_based_table_factory(&table);
             // Every create updates its directory's inode, so each flushed table of
             // inodes spans from that directory's id to the newest file's: a
             // compaction into one big last level rewrote all of it, every few
             // seconds (26 MB at 300,000 files, and 10+ MB of memory while it ran).
-            // A small base level and small tables keep each compaction's work and
-            // memory bounded as the namespace grows.
-            o.set_max_bytes_for_level_base(16 << 20);
-            o.set_target_file_size_base(4 << 20);
+            // The small base level and small tables of `column_family` keep each
+            // compaction's work and memory bounded as the namespace grows.
+            let o = crate::rocks::column_family(&table, write_buffer / 2);
             ColumnFamilyDescriptor::new(n, o)
         });
         let db = DB::open_cf_descriptors(&opts, dir, cfs)

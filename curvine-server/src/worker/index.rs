@@ -145,7 +145,7 @@ impl BlockIndex {
         opts.set_compaction_readahead_size(256 << 10);
         opts.set_keep_log_file_num(2);
         opts.set_max_log_file_size(1 << 20);
-        let cache = Cache::new_lru_cache(1 << 20);
+        let cache = Cache::new_lru_cache(1 << 20).map_err(|e| index_err("block cache", dir, e))?;
         // The entries are looked up by id (every new block's first, which is not
         // there); the LRU order is only ever scanned, so it needs no filter.
         let point = crate::rocks::point_lookup_tables(&cache);
@@ -157,13 +157,7 @@ impl BlockIndex {
             (CF_LRU, &scanned),
         ]
         .map(|(n, table)| {
-            let mut o = Options::default();
-            o.set_write_buffer_size(512 << 10);
-            o.set_max_write_buffer_number(2);
-            o.set_target_file_size_base(4 << 20);
-            o.set_max_bytes_for_level_base(16 << 20);
-            o.set_block_based_table_factory(table);
-            ColumnFamilyDescriptor::new(n, o)
+            ColumnFamilyDescriptor::new(n, crate::rocks::column_family(table, 512 << 10))
         });
         let db = DB::open_cf_descriptors(&opts, dir, cfs).map_err(|e| index_err("open", dir, e))?;
         let mut write = WriteOptions::default();
