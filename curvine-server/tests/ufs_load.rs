@@ -1,8 +1,9 @@
 //! Load jobs and read-through under faults, against a real S3 server on loopback
 //! (s3s-fs): `cv load`'s master-run jobs (progress, cancel, a worker lost mid-job, a
-//! master restarted mid-job, the store gone afterwards), concurrent cold readers of one block, read-ahead, and a
-//! worker lost during a cold read. Each test runs its own cluster and server, since
-//! they stop nodes. Needs `--features curvine-server/fault-injection`.
+//! master restarted mid-job, a leader stopped mid-job, the store gone afterwards),
+//! concurrent cold readers of one block, read-ahead, and a worker lost during a cold
+//! read. Each test runs its own cluster and server, since they stop nodes. Needs
+//! `--features curvine-server/fault-injection`.
 
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use curvine_client::proto::{LoadJob, LoadState};
 use curvine_client::CurvineFs;
 use curvine_common::conf::{ByteSize, Dur};
 use curvine_server::fault::{self, Fault};
+use curvine_server::testing::ha::HaCluster;
 use curvine_server::testing::s3::{object_data as data, options as s3_options, Proxy, S3Server};
 use curvine_server::testing::{wait_until, MiniCluster};
 
@@ -226,6 +228,62 @@ fn a_restarted_master_carries_on_its_load_jobs() {
         assert_eq!(j.state, LoadState::LoadCancelled as i32, "{j:?}");
         let ended = fs.load_job(job.id).await.unwrap();
         assert_eq!(ended.state, LoadState::LoadDone as i32, "{ended:?}");
+        c.shutdown().await.unwrap();
+    });
+}
+
+#[test]
+fn a_load_job_carries_on_under_the_next_leader() {
+    runtime().block_on(async {
+        let mut c = HaCluster::start_with(3, |c| {
+            c.master.block_size = ByteSize(BS as u64);
+            c.master.load_per_worker = 2;
+        })
+        .await
+        .unwrap();
+        let first = common::ha::leader(&c, Duration::from_secs(30)).await;
+        c.start_workers_with(1, |w| {
+            w.worker.chunk_size = ByteSize(16 << 10);
+            w.worker.heartbeat_interval = Dur(Duration::from_millis(100));
+        })
+        .await
+        .unwrap();
+        let fs = CurvineFs::connect(c.client_conf()).await.unwrap();
+        let mut s3 = S3Server::start(&[BUCKET]).await.unwrap();
+        let objs: Vec<(String, Vec<u8>)> = (0..3)
+            .map(|i| (format!("f{i}"), data(2 * BS + i, 700 + i as u64)))
+            .collect();
+        mount_with(&fs, &s3, &s3.endpoint(), "h1", "/h1", &objs).await;
+        // the worker takes the job's first tasks from the first leader, slowly
+        let w = c.worker_addr(0).to_string();
+        fault::arm_at(
+            "worker.ufs_fetch",
+            [&w],
+            Fault::Delay(Duration::from_secs(2)),
+            None,
+        );
+        let job = fs.submit_load("/h1", false).await.unwrap();
+        wait_until(Duration::from_secs(20), || async {
+            fault::fired("worker.ufs_fetch", [&w]) > 0
+        })
+        .await
+        .expect("the worker got load tasks");
+        c.stop(first).await.unwrap();
+        fault::clear_at("worker.ufs_fetch", [&w]);
+        // the job, under its id, is carried on to the end by the next leader
+        let j = wait_job(&fs, job.id, Duration::from_secs(30)).await;
+        assert_eq!(j.state, LoadState::LoadDone as i32, "{j:?}");
+        assert_eq!((j.path.as_str(), j.started_ms), ("/h1", job.started_ms));
+        // f0 is two blocks long, f1 and f2 three
+        assert_eq!((j.files_done, j.blocks_done, j.blocks_total), (3, 8, 8));
+        let next = common::ha::leader(&c, Duration::from_secs(30)).await;
+        assert_ne!(next, first);
+        // every file reads from the cache alone
+        s3.kill();
+        for (k, v) in &objs {
+            let path = format!("/h1/{k}");
+            assert!(fs.read_file(&path).await.unwrap() == *v, "{path} differs");
+        }
         c.shutdown().await.unwrap();
     });
 }

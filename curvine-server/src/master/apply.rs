@@ -5,11 +5,12 @@
 //! runs it for the entries it builds, writes the batch (`Store::write`) and then hands
 //! the effects to the lease table, the worker registry and re-replication.
 
-use curvine_common::proto::StorageTier;
+use curvine_common::proto::{MountInfo, StorageTier};
 use curvine_common::{BlockId, FsError, FsResult, WorkerId};
 use prost::Message;
 use rocksdb::WriteBatch;
 
+use super::mounts::META_MOUNT_PREFIX;
 use super::records::{op::Kind, Counters, JournalEntry};
 use super::store::{self, Store};
 
@@ -50,6 +51,14 @@ pub(super) struct Freed {
     pub block: BlockId,
 }
 
+/// A change of the mount table (`mnt/` records of `meta`): every master keeps the
+/// table's mounts, with their operators, in memory, so a new leader serves them at once.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum MountChange {
+    Put(MountInfo),
+    Del(u64),
+}
+
 /// What the master's memory learns from one entry. `Namespace::mutate` applies the
 /// fields in their order here: leases released, then granted (a file replaced by a new
 /// one hands its writer over), then the workers' accounting, then the deletions.
@@ -66,6 +75,7 @@ pub(super) struct Effects {
     pub deletes: Vec<Delete>,
     /// A block record was dropped (re-replication's count of missing blocks may change).
     pub blocks_dropped: bool,
+    pub mounts: Vec<MountChange>,
 }
 
 /// One entry, ready to write: the batch (empty when the entry changes no record) and
@@ -73,6 +83,12 @@ pub(super) struct Effects {
 pub(super) struct Applied {
     pub batch: WriteBatch,
     pub effects: Effects,
+}
+
+/// The mount id of a `meta` key of the mount table.
+fn mount_id(key: &[u8]) -> Option<u64> {
+    let id = key.strip_prefix(META_MOUNT_PREFIX)?;
+    Some(u64::from_be_bytes(id.try_into().ok()?))
 }
 
 /// Turn `entry` into its write batch for `store` and its effects.
@@ -113,10 +129,20 @@ pub(super) fn step(store: &Store, entry: &JournalEntry) -> FsResult<Applied> {
                         FsError::internal(format!("journal entry: corrupt counters: {e}"))
                     })?;
                     fx.counters = Some(c);
+                } else if let Some(id) = mount_id(&m.key) {
+                    let info = MountInfo::decode(&*m.value).map_err(|e| {
+                        FsError::internal(format!("journal entry: corrupt mount {id}: {e}"))
+                    })?;
+                    fx.mounts.push(MountChange::Put(info));
                 }
                 b.put_cf(meta, &m.key, &m.value)
             }
-            Some(Kind::DelMeta(k)) => b.delete_cf(meta, k),
+            Some(Kind::DelMeta(k)) => {
+                if let Some(id) = mount_id(k) {
+                    fx.mounts.push(MountChange::Del(id));
+                }
+                b.delete_cf(meta, k)
+            }
             Some(Kind::GrantLease(l)) => fx.granted.push(Grant {
                 inode: l.inode,
                 client_id: l.client_id,
@@ -295,6 +321,7 @@ mod tests {
                     },
                 ],
                 blocks_dropped: false,
+                mounts: Vec::new(),
             }
         );
     }
@@ -324,5 +351,36 @@ mod tests {
             value: vec![0xff; 3],
         }));
         assert!(matches!(step(&s, &bad), Err(FsError::Internal { .. })));
+    }
+
+    #[test]
+    fn mount_records_are_table_changes() {
+        let (_d, s) = store();
+        let info = MountInfo {
+            mount_id: 3,
+            path: "/m".into(),
+            ufs_uri: "file:///tmp".into(),
+            ..Default::default()
+        };
+        let key = crate::master::mounts::mount_key(3);
+        let mut e = JournalEntry::default();
+        e.push(Kind::PutMeta(MetaRec {
+            key: key.clone(),
+            value: info.encode_to_vec(),
+        }));
+        e.push(Kind::DelMeta(crate::master::mounts::mount_key(4)));
+        let a = step(&s, &e).unwrap();
+        assert_eq!(
+            a.effects.mounts,
+            [MountChange::Put(info), MountChange::Del(4)]
+        );
+        let mut bad = JournalEntry::default();
+        bad.push(Kind::PutMeta(MetaRec {
+            key,
+            value: vec![0xff; 3],
+        }));
+        assert!(matches!(step(&s, &bad), Err(FsError::Internal { .. })));
+        // a key of another kind under the prefix's bytes is no mount
+        assert_eq!(mount_id(b"mnt/x"), None);
     }
 }

@@ -16,6 +16,7 @@ use opendal::Operator;
 use prost::Message;
 use tracing::{info, warn};
 
+use super::apply::MountChange;
 use super::namespace::{is_dir, Namespace};
 use super::records::UfsRec;
 use super::store::Store;
@@ -102,6 +103,24 @@ impl Mounts {
         let table = fresh.table.into_inner().unwrap_or_else(|p| p.into_inner());
         *self.write() = table;
         Ok(())
+    }
+
+    /// Apply a committed change of the table (on every master, in log order). A mount's
+    /// operator is built here, its credentials file read: a mount whose store cannot be
+    /// built stays in the table and fails each call on it, naming the cause.
+    pub(super) fn apply(&self, change: &MountChange) {
+        match change {
+            MountChange::Put(info) => {
+                let m = Arc::new(Mount::new(info.clone()));
+                if let Err(e) = &m.built {
+                    warn!(path = %m.info.path, ufs = %m.info.ufs_uri, error = %e, "cannot build a mount's under-store");
+                }
+                let mut t = self.write();
+                t.retain(|x| x.id() != m.id());
+                t.push(m);
+            }
+            MountChange::Del(id) => self.write().retain(|x| x.id() != *id),
+        }
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Mount>>> {
@@ -194,14 +213,11 @@ impl Namespace {
             .await
             .map_err(|e| FsError::internal(format!("mount: {e}")))??;
         self.syncer.wait(seq).await?;
-        let m = Arc::new(Mount {
-            info,
-            built: Ok((resolved, op)),
-        });
-        info!(path = %m.info.path, ufs = %m.info.ufs_uri, id = m.id(),
-            options = %ufs::loggable(&m.info.options), "mounted");
-        let public = m.public_info();
-        self.mounts.write().push(m);
+        // the table took the mount when its entry was applied (`Mounts::apply`)
+        info!(path = %info.path, ufs = %info.ufs_uri, id = info.mount_id,
+            options = %ufs::loggable(&info.options), "mounted");
+        let mut public = info;
+        public.options = redacted(&public.options);
         Ok(public)
     }
 
@@ -310,7 +326,6 @@ impl Namespace {
         if detached {
             self.purge.wake();
         }
-        self.mounts.write().retain(|x| x.id() != id);
         info!(path = %path, ufs = %m.info.ufs_uri, "unmounted");
         Ok(())
     }

@@ -410,6 +410,9 @@ impl Namespace {
         for &d in &fx.deletes {
             self.workers.queue_delete(d);
         }
+        for m in &fx.mounts {
+            self.mounts.apply(m);
+        }
     }
 
     /// Validate `path` against the configured limits and split it.

@@ -20,6 +20,7 @@ pub struct HaCluster {
     masters: Vec<Option<Node>>,
     addrs: Vec<SocketAddr>,
     workers: Vec<Option<Node>>,
+    worker_addrs: Vec<SocketAddr>,
     _base: tempfile::TempDir,
 }
 
@@ -81,6 +82,7 @@ impl HaCluster {
             masters: (0..n).map(|_| None).collect(),
             addrs,
             workers: Vec::new(),
+            worker_addrs: Vec::new(),
             _base: base,
         };
         for (i, l) in listeners.into_iter().enumerate() {
@@ -220,8 +222,14 @@ impl HaCluster {
             let cancel = CancellationToken::new();
             let task = tokio::spawn(crate::worker::run_with_web(c, l, None, cancel.clone()));
             self.workers.push(Some(Node { cancel, task }));
+            self.worker_addrs.push(a);
         }
         Ok(())
+    }
+
+    /// Worker `i`'s data address (the scope of its fault points).
+    pub fn worker_addr(&self, i: usize) -> SocketAddr {
+        self.worker_addrs[i]
     }
 
     /// Stop every master and worker.
