@@ -8,6 +8,8 @@ pub mod fault;
 pub mod master;
 pub mod metrics;
 mod rocks;
+/// In-process clusters and test servers for tests (the `testing` feature).
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod ufs;
 pub mod worker;
