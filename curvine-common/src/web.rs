@@ -1,4 +1,4 @@
-//! The HTTP server on each process's web port (DESIGN §11): `/metrics` in the Prometheus
+//! The HTTP server on each process's web port (docs/web.md): `/metrics` in the Prometheus
 //! text format, `/healthz` (the process is up) and `/readyz` (it does its job: the master
 //! serves, a worker is registered, a mount is mounted), plus whatever routes the process
 //! adds (the master's console and `/api`).
