@@ -262,10 +262,12 @@ impl Default for MasterConf {
             persist_delay: Dur(Duration::from_secs(5)),
             persist_concurrency: 4,
             ttl_interval: Dur(Duration::from_secs(60)),
-            meta_write_buffer: ByteSize(4 << 20),
-            meta_cache: ByteSize(1 << 20),
-            dir_cache_entries: 65536,
-            file_cache: ByteSize(8 << 20),
+            // sized for a master host of millions of files; the shipped local
+            // profiles set a few MB
+            meta_write_buffer: ByteSize(64 << 20),
+            meta_cache: ByteSize(256 << 20),
+            dir_cache_entries: 1_000_000,
+            file_cache: ByteSize(512 << 20),
             threads: 1,
             local_socket: PathBuf::new(),
             busy_poll: Dur(Duration::from_micros(50)),
