@@ -28,7 +28,9 @@ fi
 echo "== Rust tests"
 cargo test --release --workspace --features "curvine-server/fault-injection,$UFS_FEATURES" --no-fail-fast
 echo "== pjdfstest on the FUSE mount"
-cargo build --release -p curvine-server -p curvine-fuse -p curvine-client --bins
+# the release binaries the scripts below run (the test build above makes test
+# executables, not these; netns-test.sh also runs curvine-bench)
+cargo build --release --workspace --bins
 bin/pjdfstest.sh
 PJDFSTEST_FUSE_CONF='writeback_cache = true' bin/pjdfstest.sh
 echo "== Replicated masters on separate hosts (network namespaces)"
