@@ -69,24 +69,17 @@ async fn wait_job(fs: &CurvineFs, id: u64, within: Duration) -> LoadJob {
     j
 }
 
-/// Slow worker `i`'s fetches by `delay`, submit a load of `path` (not recursive) and
-/// wait until that worker has taken one of its blocks; the job and the worker's address.
-async fn load_with_slow_fetches(
-    c: &MiniCluster,
-    fs: &CurvineFs,
-    i: usize,
-    delay: Duration,
-    path: &str,
-) -> (LoadJob, String) {
-    let w = c.worker_addr(i).to_string();
-    fault::arm_at("worker.ufs_fetch", [&w], Fault::Delay(delay), None);
+/// Slow the fetches of the worker at data address `w` by `delay`, submit a load of
+/// `path` (not recursive) and wait until that worker has taken one of its blocks.
+async fn load_with_slow_fetches(fs: &CurvineFs, w: &str, delay: Duration, path: &str) -> LoadJob {
+    fault::arm_at("worker.ufs_fetch", [w], Fault::Delay(delay), None);
     let job = fs.submit_load(path, false).await.unwrap();
     wait_until(Duration::from_secs(20), || async {
-        fault::fired("worker.ufs_fetch", [&w]) > 0
+        fault::fired("worker.ufs_fetch", [w]) > 0
     })
     .await
     .expect("the worker got load tasks");
-    (job, w)
+    job
 }
 
 fn objects() -> Vec<(String, Vec<u8>)> {
@@ -170,7 +163,8 @@ fn a_load_finishes_on_another_worker_when_one_is_lost() {
             .collect();
         mount_with(&fs, &s3, &s3.endpoint(), "l2", "/l2", &objs).await;
         // worker 0's fetches hang: it is stopped while it holds load tasks
-        let (job, w0) = load_with_slow_fetches(&c, &fs, 0, Duration::from_secs(600), "/l2").await;
+        let w0 = c.worker_addr(0).to_string();
+        let job = load_with_slow_fetches(&fs, &w0, Duration::from_secs(600), "/l2").await;
         c.stop_worker(0).await.unwrap();
         let j = wait_job(&fs, job.id, Duration::from_secs(30)).await;
         fault::clear_at("worker.ufs_fetch", [&w0]);
@@ -198,7 +192,8 @@ fn a_restarted_master_carries_on_its_load_jobs() {
             .collect();
         mount_with(&fs, &s3, &s3.endpoint(), "l5", "/l5", &objs).await;
         // the worker's fetches are slow: the master stops while the job has blocks out
-        let (job, w0) = load_with_slow_fetches(&c, &fs, 0, Duration::from_secs(2), "/l5").await;
+        let w0 = c.worker_addr(0).to_string();
+        let job = load_with_slow_fetches(&fs, &w0, Duration::from_secs(2), "/l5").await;
         let before = fs.load_job(job.id).await.unwrap();
         assert_eq!(before.state, LoadState::LoadRunning as i32, "{before:?}");
         c.restart_master().await.unwrap();
@@ -218,7 +213,7 @@ fn a_restarted_master_carries_on_its_load_jobs() {
         }
         // ids are not given twice across restarts, and a cancelled job stays cancelled
         mount_with(&fs, &s3, &s3.endpoint(), "l6", "/l6", &objs).await;
-        let (next, _) = load_with_slow_fetches(&c, &fs, 0, Duration::from_secs(2), "/l6").await;
+        let next = load_with_slow_fetches(&fs, &w0, Duration::from_secs(2), "/l6").await;
         assert!(next.id > job.id, "{} after {}", next.id, job.id);
         let cancelled = fs.cancel_load(next.id).await.unwrap();
         assert_eq!(cancelled.state, LoadState::LoadCancelled as i32);
@@ -256,18 +251,7 @@ fn a_load_job_carries_on_under_the_next_leader() {
         mount_with(&fs, &s3, &s3.endpoint(), "h1", "/h1", &objs).await;
         // the worker takes the job's first tasks from the first leader, slowly
         let w = c.worker_addr(0).to_string();
-        fault::arm_at(
-            "worker.ufs_fetch",
-            [&w],
-            Fault::Delay(Duration::from_secs(2)),
-            None,
-        );
-        let job = fs.submit_load("/h1", false).await.unwrap();
-        wait_until(Duration::from_secs(20), || async {
-            fault::fired("worker.ufs_fetch", [&w]) > 0
-        })
-        .await
-        .expect("the worker got load tasks");
+        let job = load_with_slow_fetches(&fs, &w, Duration::from_secs(2), "/h1").await;
         c.stop(first).await.unwrap();
         fault::clear_at("worker.ufs_fetch", [&w]);
         // the job, under its id, is carried on to the end by the next leader
