@@ -10,7 +10,7 @@ use curvine_common::{BlockId, FsError, FsResult, WorkerId};
 use prost::Message;
 use rocksdb::WriteBatch;
 
-use super::mounts::META_MOUNT_PREFIX;
+use super::mounts::mount_id;
 use super::records::{op::Kind, Counters, JournalEntry};
 use super::store::{self, Store};
 
@@ -83,12 +83,6 @@ pub(super) struct Effects {
 pub(super) struct Applied {
     pub batch: WriteBatch,
     pub effects: Effects,
-}
-
-/// The mount id of a `meta` key of the mount table.
-fn mount_id(key: &[u8]) -> Option<u64> {
-    let id = key.strip_prefix(META_MOUNT_PREFIX)?;
-    Some(u64::from_be_bytes(id.try_into().ok()?))
 }
 
 /// Turn `entry` into its write batch for `store` and its effects.

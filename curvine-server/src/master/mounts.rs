@@ -31,6 +31,12 @@ pub fn mount_key(id: u64) -> Vec<u8> {
     k
 }
 
+/// The mount id of a `meta` key of the mount table (the inverse of `mount_key`).
+pub fn mount_id(key: &[u8]) -> Option<u64> {
+    let id = key.strip_prefix(META_MOUNT_PREFIX)?;
+    Some(u64::from_be_bytes(id.try_into().ok()?))
+}
+
 /// One mount and its operator.
 pub struct Mount {
     /// As stored and listed: a credentials file is named, its values are not here.
@@ -43,11 +49,16 @@ pub struct Mount {
 }
 
 impl Mount {
-    fn new(info: MountInfo) -> Mount {
+    /// Build the mount's operator (its credentials file read); a store that cannot be
+    /// built is logged, and the mount kept.
+    fn new(info: MountInfo) -> Arc<Mount> {
         let built = ufs::resolve(&info.ufs_uri, &info.options)
             .and_then(|o| Ok((ufs::build(&info.ufs_uri, &o)?, o)))
             .map(|(op, o)| (o, op));
-        Mount { info, built }
+        if let Err(e) = &built {
+            warn!(path = %info.path, ufs = %info.ufs_uri, error = %e, "cannot build a mount's under-store");
+        }
+        Arc::new(Mount { info, built })
     }
 
     pub fn op(&self) -> FsResult<&Operator> {
@@ -61,10 +72,14 @@ impl Mount {
     }
     /// Listed for people: secrets out.
     pub fn public_info(&self) -> MountInfo {
-        let mut i = self.info.clone();
-        i.options = redacted(&i.options);
-        i
+        public(self.info.clone())
     }
+}
+
+/// A mount as callers see it: option values that are secrets redacted.
+fn public(mut info: MountInfo) -> MountInfo {
+    info.options = redacted(&info.options);
+    info
 }
 
 #[derive(Default)]
@@ -85,11 +100,7 @@ impl Mounts {
         for (_, v) in store.meta_scan(META_MOUNT_PREFIX)? {
             let info = MountInfo::decode(&*v)
                 .map_err(|e| FsError::internal(format!("metadata store: corrupt mount: {e}")))?;
-            let m = Mount::new(info);
-            if let Err(e) = &m.built {
-                warn!(path = %m.info.path, ufs = %m.info.ufs_uri, error = %e, "cannot build a stored mount's under-store");
-            }
-            table.push(Arc::new(m));
+            table.push(Mount::new(info));
         }
         Ok(Mounts {
             table: RwLock::new(table),
@@ -111,10 +122,7 @@ impl Mounts {
     pub(super) fn apply(&self, change: &MountChange) {
         match change {
             MountChange::Put(info) => {
-                let m = Arc::new(Mount::new(info.clone()));
-                if let Err(e) = &m.built {
-                    warn!(path = %m.info.path, ufs = %m.info.ufs_uri, error = %e, "cannot build a mount's under-store");
-                }
+                let m = Mount::new(info.clone());
                 let mut t = self.write();
                 t.retain(|x| x.id() != m.id());
                 t.push(m);
@@ -216,9 +224,7 @@ impl Namespace {
         // the table took the mount when its entry was applied (`Mounts::apply`)
         info!(path = %info.path, ufs = %info.ufs_uri, id = info.mount_id,
             options = %ufs::loggable(&info.options), "mounted");
-        let mut public = info;
-        public.options = redacted(&public.options);
-        Ok(public)
+        Ok(public(info))
     }
 
     fn check_mount_point(&self, path: &str, c: &CallerInfo) -> FsResult<()> {
