@@ -10,9 +10,35 @@ source "$(dirname "$0")/common.sh"
 # fuse3: the FUSE mount; git and sqlite3: programs the FUSE tests run on the mount; a JDK (17+) and Maven: the Java client. A JDK or
 # Maven already on the PATH (not from apt) is used as it is.
 PACKAGES="clang libclang-dev protobuf-compiler pkg-config libssl-dev fuse3 libfuse3-dev git sqlite3 ${SETUP_EXTRA:-}"
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+# APT_OPTS: extra apt options (the set-up test points Dir::State::Lists at an empty dir)
+read -r -a apt_opts <<<"${APT_OPTS:-}"
+apt_refreshed=0
+apt_refresh() {
+  [ "$apt_refreshed" = 1 ] && return 0
+  echo "setup: apt-get update"
+  $SUDO apt-get "${apt_opts[@]}" update -qq || die "apt-get update failed"
+  apt_refreshed=1
+}
+# apt_candidate PKG: sets `candidate` to the version apt would install, or nothing. An
+# unknown candidate may only mean that the package lists are empty or stale (every fresh
+# Debian image), so the lists are refreshed once and the question asked again.
+apt_policy() { apt-cache "${apt_opts[@]}" policy "$1" 2>/dev/null | sed -n 's/^ *Candidate: *//p'; }
+apt_candidate() {
+  candidate="$(apt_policy "$1")"
+  if [ -z "$candidate" ] || [ "$candidate" = "(none)" ]; then
+    apt_refresh
+    candidate="$(apt_policy "$1")"
+  fi
+  [ "$candidate" != "(none)" ] || candidate=""
+}
 # librocksdb-dev: the RocksDB the build links (7.8.3 on Debian 12; .cargo/config.toml),
 # where the release has that version; elsewhere RocksDB's C++ is compiled (bin/common.sh)
-apt-cache policy librocksdb-dev 2>/dev/null | grep -q 'Candidate: 7\.8\.' && PACKAGES="$PACKAGES librocksdb-dev"
+apt_candidate librocksdb-dev
+case "$candidate" in
+  7.8.*) PACKAGES="$PACKAGES librocksdb-dev" ;;
+  *) echo "setup: no librocksdb-dev 7.8 in this release's packages: RocksDB's C++ will be compiled" ;;
+esac
 command -v javac >/dev/null 2>&1 || PACKAGES="$PACKAGES openjdk-17-jdk-headless"
 command -v mvn >/dev/null 2>&1 || PACKAGES="$PACKAGES maven"
 # chromium, node and npm: the web console's browser test (bin/browser-test.sh), which
@@ -24,14 +50,19 @@ if [ "${SETUP_TEST_TOOLS:-0}" = 1 ]; then
   PACKAGES="$PACKAGES iproute2 jq"
 fi
 
+# SETUP_DRY_RUN=1: print the packages chosen and stop (bin/setup-test.sh)
+if [ "${SETUP_DRY_RUN:-0}" = 1 ]; then
+  echo "setup: packages: $PACKAGES"
+  exit 0
+fi
+
 missing=()
 for p in $PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
+  apt_refresh
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 

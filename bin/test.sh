@@ -9,6 +9,8 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$CURVINE_HOME"
 SETUP_NO_BUILD=1 SETUP_TEST_TOOLS=1 bin/setup.sh
+echo "== the set-up on empty package lists"
+bin/setup-test.sh
 rocksdb_env   # the set-up may have installed the system's RocksDB
 start=$(date +%s)
 # The optional under-stores are linted and tested too (their unit tests, and the azblob
