@@ -1,7 +1,8 @@
 //! The `cv` CLI against a MiniCluster: every `cv fs` command, `cv report`, and the
 //! one-line error with a non-zero exit, also for a chmod or chown the master refuses.
-//! Copies and their progress are in `copy.rs`; counts, blocks, replicas, `--json`,
-//! `cv version` and completions in `info.rs`.
+//! Copies and their progress are in `copy.rs`, failed and interrupted copies in
+//! `partial.rs` (with `faulty.rs`, a FUSE file that fails part-way); counts, blocks,
+//! replicas, `--json`, `cv version` and completions in `info.rs`.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -11,7 +12,9 @@ use curvine_server::testing::MiniCluster;
 
 mod admin;
 mod copy;
+mod faulty;
 mod info;
+mod partial;
 
 /// A client configuration file for `cluster`, in `dir`.
 fn conf_for(cluster: &MiniCluster, dir: &Path) -> PathBuf {
@@ -314,7 +317,7 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-/// A client process killed with SIGKILL mid-write leaves no visible file and no staging.
+/// A client process killed with SIGKILL mid-write leaves no file and no staging.
 #[test]
 fn killed_writer_process_leaves_nothing() {
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -341,7 +344,8 @@ fn killed_writer_process_leaves_nothing() {
     let fs = rt
         .block_on(curvine_client::CurvineFs::connect(cluster.client_conf()))
         .unwrap();
-    // an endless source: the upload only ends when the process is killed
+    // an endless source: the upload only ends when the process is killed; it writes
+    // under the temporary name, which SIGKILL leaves behind until its lease expires
     let mut child = Command::new(env!("CARGO_BIN_EXE_cv"))
         .arg("--conf")
         .arg(&conf)
@@ -350,16 +354,17 @@ fn killed_writer_process_leaves_nothing() {
         .unwrap();
     rt.block_on(curvine_server::testing::wait_until(
         std::time::Duration::from_secs(20),
-        || async { fs.exists("/killed").await.unwrap_or(false) },
+        || async { fs.exists("/killed._COPYING_").await.unwrap_or(false) },
     ))
     .expect("the upload made progress");
     child.kill().unwrap();
     child.wait().unwrap();
     rt.block_on(curvine_server::testing::wait_until(
         std::time::Duration::from_secs(30),
-        || async { !fs.exists("/killed").await.unwrap_or(true) },
+        || async { !fs.exists("/killed._COPYING_").await.unwrap_or(true) },
     ))
     .expect("the partial file is removed when its lease expires");
+    assert!(!rt.block_on(fs.exists("/killed")).unwrap());
     let staging = |cluster: &MiniCluster| -> usize {
         cluster
             .worker_dirs(0)

@@ -5,17 +5,21 @@
 //! copied (a missing path, a directory without `-r`, a socket inside the tree) and a
 //! destination file that exists without `-f` fail with nothing changed. Symlinks inside
 //! a tree are copied as symlinks; a symlink named on the command line is followed.
+//!
+//! Each file is written under a temporary name and renamed into place when whole
+//! (`file`). SIGINT, SIGTERM and SIGHUP stop the copy: the file in progress is removed,
+//! the files already renamed stay, and `cv` exits with 128 + the signal's number.
+
+mod file;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use curvine_client::{CreateOptions, CurvineFs, FileType, FsError, FsReader, FsWriter};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use curvine_client::{CurvineFs, FileType, FsError};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::progress::{Mode, Transfer};
-
-/// Bytes moved per read and write.
-const CHUNK: usize = 4 << 20;
+use file::{copy_file, InFlight, Job};
 
 /// One side of a copy.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,8 +110,99 @@ struct Item {
     kind: Kind,
 }
 
-/// Copy `src` to `dst` as `cp` does: into `dst/NAME` when `dst` is a directory.
+/// A copy stopped by a signal, after its partial file was removed.
+#[derive(Debug)]
+pub struct Interrupted {
+    verb: &'static str,
+    /// SIGINT, SIGTERM or SIGHUP.
+    pub signal: i32,
+    /// The partial file removed, if one was being written (and could be removed).
+    removed: Option<Loc>,
+}
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self.signal {
+            libc::SIGINT => "SIGINT",
+            libc::SIGTERM => "SIGTERM",
+            _ => "SIGHUP",
+        };
+        write!(f, "{}: interrupted by {name}", self.verb)?;
+        match &self.removed {
+            Some(tmp) => write!(f, "; removed the partial {tmp}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// The signals that stop a copy, caught from its start.
+struct Stops {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+}
+
+impl Stops {
+    fn catch() -> anyhow::Result<Stops> {
+        let catch = |kind| signal(kind).context("catch signals");
+        Ok(Stops {
+            int: catch(SignalKind::interrupt())?,
+            term: catch(SignalKind::terminate())?,
+            hup: catch(SignalKind::hangup())?,
+        })
+    }
+
+    /// The number of the next of them to arrive.
+    async fn next(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.int.recv() => libc::SIGINT,
+            _ = self.term.recv() => libc::SIGTERM,
+            _ = self.hup.recv() => libc::SIGHUP,
+        }
+    }
+}
+
+/// How long removing the partial file may take after an interrupt (a master that does
+/// not answer must not keep `cv` from exiting).
+const CLEANUP_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Copy `src` to `dst` as `cp` does: into `dst/NAME` when `dst` is a directory. A
+/// signal ends it with `Interrupted`.
 pub async fn copy(fs: &CurvineFs, src: &Loc, dst: &Loc, o: &Opts) -> anyhow::Result<()> {
+    let mut stops = Stops::catch()?;
+    let inflight = InFlight::default();
+    let mut work = Box::pin(copy_all(fs, src, dst, o, &inflight));
+    let caught = tokio::select! {
+        r = &mut work => return r,
+        n = stops.next() => n,
+    };
+    // the copy stops where it is (its progress bar stays, its writer is abandoned)
+    drop(work);
+    let removed = tokio::select! {
+        r = tokio::time::timeout(CLEANUP_LIMIT, inflight.remove(fs)) => r.unwrap_or_else(|_| {
+            tracing::warn!("the partial copy was not removed in time");
+            None
+        }),
+        // a second signal: exit now
+        _ = stops.next() => None,
+    };
+    Err(Interrupted {
+        verb: o.verb,
+        signal: caught,
+        removed,
+    }
+    .into())
+}
+
+async fn copy_all(
+    fs: &CurvineFs,
+    src: &Loc,
+    dst: &Loc,
+    o: &Opts,
+    inflight: &InFlight,
+) -> anyhow::Result<()> {
     if matches!((src, dst), (Loc::Local(_), Loc::Local(_))) {
         bail!("{}: both sides are local; name a Curvine path", o.verb);
     }
@@ -129,7 +224,8 @@ pub async fn copy(fs: &CurvineFs, src: &Loc, dst: &Loc, o: &Opts) -> anyhow::Res
             bail!("{}: cannot copy {src} onto or into itself", o.verb);
         }
     }
-    match (src_is_dir, is_dir(fs, &target).await?) {
+    let target_exists = is_dir(fs, &target).await?;
+    match (src_is_dir, target_exists) {
         (true, Some(false)) => bail!("{target}: exists and is not a directory"),
         (false, Some(true)) => bail!("{target}: is a directory"),
         (false, Some(false)) if !o.force => {
@@ -154,18 +250,30 @@ pub async fn copy(fs: &CurvineFs, src: &Loc, dst: &Loc, o: &Opts) -> anyhow::Res
     )?;
     for item in &items {
         let (s, d) = (src.join(&item.rel), target.join(&item.rel));
-        match &item.kind {
-            Kind::Dir => mkdir(fs, &d).await?,
-            Kind::Symlink(to) => symlink(fs, to, &d, o.force).await?,
-            Kind::File(len) => {
-                copy_file(fs, &s, &d, o.force, *len, &t).await?;
-                t.file_done();
+        let len = match &item.kind {
+            Kind::Dir => {
+                mkdir(fs, &d).await?;
+                continue;
             }
-            Kind::Stream => {
-                copy_file(fs, &s, &d, o.force, 0, &t).await?;
-                t.file_done();
+            Kind::Symlink(to) => {
+                symlink(fs, to, &d, o.force).await?;
+                continue;
             }
-        }
+            Kind::File(len) => Some(*len),
+            Kind::Stream => None,
+        };
+        let job = Job {
+            src: s,
+            dst: d,
+            force: o.force,
+            // the target was checked above; a tree copied into a new directory finds
+            // nothing there (and the rename refuses what appears meanwhile)
+            check_exists: src_is_dir && target_exists.is_some(),
+            len,
+            progress: &t,
+        };
+        copy_file(fs, &job, inflight).await?;
+        t.file_done();
     }
     t.finish()
 }
@@ -346,110 +454,6 @@ async fn symlink(fs: &CurvineFs, to: &str, d: &Loc, force: bool) -> anyhow::Resu
         }
     }
     Ok(())
-}
-
-enum Source {
-    Local(tokio::fs::File, PathBuf),
-    Cv(Box<FsReader>),
-}
-
-impl Source {
-    async fn read(&mut self, buf: &mut [u8]) -> anyhow::Result<usize> {
-        Ok(match self {
-            Source::Local(f, p) => f
-                .read(buf)
-                .await
-                .with_context(|| format!("read {}", p.display()))?,
-            Source::Cv(r) => r.read_full(buf).await?,
-        })
-    }
-}
-
-enum Sink {
-    Local(tokio::fs::File, PathBuf),
-    Cv(Box<FsWriter>),
-}
-
-impl Sink {
-    async fn write(&mut self, data: &[u8]) -> anyhow::Result<()> {
-        match self {
-            Sink::Local(f, p) => f
-                .write_all(data)
-                .await
-                .with_context(|| format!("write {}", p.display()))?,
-            Sink::Cv(w) => w.write(data).await?,
-        }
-        Ok(())
-    }
-
-    async fn close(&mut self) -> anyhow::Result<()> {
-        match self {
-            // a tokio file writes in the background: flush waits for it and its error
-            Sink::Local(f, p) => f
-                .flush()
-                .await
-                .with_context(|| format!("write {}", p.display()))?,
-            Sink::Cv(w) => {
-                w.close().await?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Copy one file's bytes; `len` is its size when known (0 otherwise).
-async fn copy_file(
-    fs: &CurvineFs,
-    s: &Loc,
-    d: &Loc,
-    force: bool,
-    len: u64,
-    t: &Transfer,
-) -> anyhow::Result<()> {
-    let mut src = match s {
-        Loc::Local(p) => Source::Local(
-            tokio::fs::File::open(p)
-                .await
-                .with_context(|| format!("open {}", p.display()))?,
-            p.clone(),
-        ),
-        Loc::Cv(p) => Source::Cv(Box::new(fs.open(p).await?)),
-    };
-    let mut dst = match d {
-        Loc::Local(p) => {
-            let mut o = tokio::fs::OpenOptions::new();
-            o.write(true);
-            if force {
-                o.create(true).truncate(true);
-            } else {
-                o.create_new(true);
-            }
-            Sink::Local(
-                o.open(p)
-                    .await
-                    .with_context(|| format!("create {}", p.display()))?,
-                p.clone(),
-            )
-        }
-        Loc::Cv(p) => {
-            let opts = CreateOptions {
-                overwrite: force,
-                first_block: len > 0,
-                ..Default::default()
-            };
-            Sink::Cv(Box::new(fs.create_with(p, opts).await?))
-        }
-    };
-    let mut buf = vec![0u8; CHUNK];
-    loop {
-        let n = src.read(&mut buf).await?;
-        if n == 0 {
-            break;
-        }
-        dst.write(&buf[..n]).await?;
-        t.add(n as u64);
-    }
-    dst.close().await
 }
 
 #[cfg(test)]

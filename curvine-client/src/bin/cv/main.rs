@@ -107,11 +107,20 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(cli)) {
+    let r = rt.block_on(run(cli));
+    // dropping the runtime would wait for its blocking pool: a read a stopped copy left
+    // there (of a slow local file) must not hold up the exit
+    rt.shutdown_background();
+    match r {
         Ok(()) => ExitCode::SUCCESS,
         // the reader of our output went away (`cv fs cat F | head`): stop quietly, as cat does
         Err(e) if stdout::is_closed(e.as_ref()) => ExitCode::from(stdout::CLOSED_EXIT),
         Err(e) => {
+            if let Some(i) = e.downcast_ref::<copy::Interrupted>() {
+                eprintln!("cv: {i}");
+                // the status a shell gives a command that signal ended
+                return ExitCode::from(u8::try_from(128 + i.signal).unwrap_or(1));
+            }
             // one line: the outermost context plus the root cause
             let root = e.root_cause().to_string();
             let top = e.to_string();
