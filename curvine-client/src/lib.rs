@@ -25,7 +25,7 @@ mod tests;
 pub use curvine_common::proto;
 pub use curvine_common::proto::{CallerInfo, FileStatus, FileType, StorageTier};
 pub use curvine_common::{ClusterConf, FsError, FsResult};
-pub use fs::CurvineFs;
+pub use fs::{CurvineFs, Listing};
 pub use options::{CreateOptions, SetAttr};
 pub use reader::FsReader;
 pub use writer::FsWriter;

@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::sync::Arc;
 
-use curvine_client::FileStatus;
+use curvine_client::{FileStatus, Listing};
 use fuse3::raw::prelude::*;
 use fuse3::{Errno, Inode, Result};
 
@@ -22,11 +22,16 @@ fn dirent_plus_size(name_len: usize) -> usize {
 
 impl CurvineFuse {
     /// `opendir`: list the directory as the caller and keep the listing under a new handle.
+    /// A caller who may read the directory but not search it gets the names alone.
     pub(crate) async fn open_dir(&self, req: &Request, inode: Inode) -> Result<ReplyOpen> {
         let path = self.path_of(inode)?;
-        let mut list = self.caller(req).list(&path).await.map_err(|e| errno(&e))?;
+        let mut list = self
+            .caller(req)
+            .read_dir(&path)
+            .await
+            .map_err(|e| errno(&e))?;
         if inode == ROOT_INO {
-            list.retain(|st| st.name != HIDDEN_DIR);
+            list.entries.retain(|st| st.name != HIDDEN_DIR);
         }
         let fh = self.next_dir_fh();
         self.dirs
@@ -56,7 +61,7 @@ impl CurvineFuse {
                 }));
             }
         }
-        for (i, st) in list.iter().enumerate() {
+        for (i, st) in list.entries.iter().enumerate() {
             let idx = i as i64 + 2;
             if idx >= offset {
                 out.push(Ok(DirectoryEntry {
@@ -100,6 +105,7 @@ impl CurvineFuse {
         // and the kernel asks again for the rest.
         let mut room = READDIR_BYTES.saturating_sub(out.len() * dirent_plus_size(2));
         for (i, st) in list
+            .entries
             .iter()
             .enumerate()
             .skip(offset.saturating_sub(2) as usize)
@@ -110,6 +116,10 @@ impl CurvineFuse {
             }
             room -= need;
             let idx = i as i64 + 2;
+            if list.names_only {
+                out.push(Ok(name_only(self.inodes.ino_of(st.id), st, idx + 1)));
+                continue;
+            }
             let path = curvine_common::path::child(&dir, &st.name);
             let attr = self.attr_of(st).await;
             // counted like a lookup (the kernel references every entry it receives)
@@ -136,12 +146,30 @@ impl CurvineFuse {
             .remove(&fh);
     }
 
-    fn dir_list(&self, fh: u64) -> Result<Arc<Vec<FileStatus>>> {
+    fn dir_list(&self, fh: u64) -> Result<Arc<Listing>> {
         self.dirs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&fh)
             .cloned()
             .ok_or_else(|| Errno::from(libc::EBADF))
+    }
+}
+
+/// A readdirplus entry that gives the kernel a name, inode number and type but no
+/// attributes: node id 0 tells it to make no dentry (the caller may not search the
+/// directory, so it gets no attributes to cache), while the dirent keeps the inode
+/// number that `getdents` reports.
+fn name_only(ino: Inode, st: &FileStatus, next: i64) -> DirectoryEntryPlus {
+    DirectoryEntryPlus {
+        inode: ino,
+        generation: 0,
+        kind: kind(st),
+        name: OsString::from(&st.name),
+        offset: next,
+        // fuse3 sends `attr.ino` as the entry's node id and `inode` as the dirent's
+        attr: empty_attr(0, kind(st)),
+        entry_ttl: std::time::Duration::ZERO,
+        attr_ttl: std::time::Duration::ZERO,
     }
 }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use curvine_client::{CurvineFs, FileStatus, FsError, FsReader, SetAttr as CvSetAttr};
+use curvine_client::{CurvineFs, FileStatus, FsError, FsReader, Listing, SetAttr as CvSetAttr};
 use fuse3::raw::prelude::{FileAttr, ReplyEntry};
 use fuse3::raw::Request;
 use fuse3::{Errno, Result};
@@ -158,7 +158,7 @@ pub struct CurvineFuse {
     pub(crate) inodes: Arc<InodeTable>,
     files: Mutex<HashMap<u64, Slot>>,
     handles: Mutex<HashMap<u64, Arc<Handle>>>,
-    pub(crate) dirs: Mutex<HashMap<u64, Arc<Vec<FileStatus>>>>,
+    pub(crate) dirs: Mutex<HashMap<u64, Arc<Listing>>>,
     /// Open files whose name was unlinked (or renamed over) here: the hidden name they
     /// were moved to, deleted by the last release.
     hidden: Mutex<HashMap<u64, String>>,

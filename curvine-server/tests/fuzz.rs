@@ -351,12 +351,13 @@ fn any_call() -> impl Strategy<Value = Call> {
             )),
         (any_path(), any::<u64>(), caller())
             .prop_map(|(path, len, caller)| Call::Truncate(TruncateRequest { path, len, caller })),
-        (any_path(), ".{0,10}", any::<u32>(), caller()).prop_map(
-            |(path, start_after, limit, caller)| Call::List(ListRequest {
+        (any_path(), ".{0,10}", any::<u32>(), caller(), any::<bool>()).prop_map(
+            |(path, start_after, limit, caller, accept_names)| Call::List(ListRequest {
                 path,
                 start_after,
                 limit,
-                caller
+                caller,
+                accept_names,
             })
         ),
         (any_path(), caller()).prop_map(|(path, caller)| Call::Open(OpenRequest {

@@ -52,6 +52,15 @@ pub(crate) struct Inner {
     _shutdown: watch::Sender<()>,
 }
 
+/// A directory's entries as `CurvineFs::read_dir` gives them.
+#[derive(Debug, Default, Clone)]
+pub struct Listing {
+    pub entries: Vec<FileStatus>,
+    /// The caller may read the directory but not search it: each entry holds its id,
+    /// name, path and file type alone.
+    pub names_only: bool,
+}
+
 /// A connection to a Curvine cluster.
 #[derive(Clone)]
 pub struct CurvineFs {
@@ -403,16 +412,32 @@ impl CurvineFs {
         }
     }
 
-    /// All entries of a directory (every page the master returns).
+    /// All entries of a directory with their attributes (every page the master
+    /// returns); this needs read and search permission on it.
     pub async fn list(&self, path: &str) -> FsResult<Vec<FileStatus>> {
-        let mut out = Vec::new();
+        Ok(self.list_all(path, false).await?.entries)
+    }
+
+    /// All entries of a directory as `readdir` sees them: with read but without search
+    /// permission on it, the caller gets each entry's id, name, path and type alone
+    /// (`names_only`), as a local file system gives names but refuses stat of them.
+    pub async fn read_dir(&self, path: &str) -> FsResult<Listing> {
+        self.list_all(path, true).await
+    }
+
+    async fn list_all(&self, path: &str, accept_names: bool) -> FsResult<Listing> {
+        let mut out = Listing::default();
         let mut start_after = String::new();
         loop {
-            let (page, has_more) = self.list_page(path, &start_after, 0).await?;
-            let last = page.last().map(|s| s.name.clone());
-            out.extend(page);
+            let r = self
+                .list_request(path, &start_after, 0, accept_names)
+                .await?;
+            // permissions may change between pages: one page of names marks them all
+            out.names_only |= r.names_only;
+            let last = r.statuses.last().map(|s| s.name.clone());
+            out.entries.extend(r.statuses);
             match last {
-                Some(name) if has_more => start_after = name,
+                Some(name) if r.has_more => start_after = name,
                 _ => return Ok(out),
             }
         }
@@ -427,14 +452,25 @@ impl CurvineFs {
         start_after: &str,
         limit: u32,
     ) -> FsResult<(Vec<FileStatus>, bool)> {
+        let r = self.list_request(path, start_after, limit, false).await?;
+        Ok((r.statuses, r.has_more))
+    }
+
+    async fn list_request(
+        &self,
+        path: &str,
+        start_after: &str,
+        limit: u32,
+        accept_names: bool,
+    ) -> FsResult<proto::ListResponse> {
         let req = proto::ListRequest {
             path: self.norm(path)?,
             start_after: start_after.to_string(),
             limit,
             caller: self.caller(),
+            accept_names,
         };
-        let r = rpc!(self, "list", Idempotent, req).await?;
-        Ok((r.statuses, r.has_more))
+        rpc!(self, "list", Idempotent, req).await
     }
 
     pub async fn rename(&self, src: &str, dst: &str) -> FsResult<()> {

@@ -227,12 +227,13 @@ impl MasterService for MasterSvc {
         let r = req.into_inner();
         self.ns.linearize(&r.caller).await?;
         self.ns.ufs_prepare(&r.path, true, false).await?;
-        let (statuses, has_more) = self
+        let reply = self
             .run("list", move |ns| {
-                ns.list(&r.path, &r.start_after, r.limit, &caller(&r.caller))
+                let c = caller(&r.caller);
+                ns.list_page(&r.path, &r.start_after, r.limit, r.accept_names, &c)
             })
             .await?;
-        Ok(Response::new(ListResponse { statuses, has_more }))
+        Ok(Response::new(reply))
     }
 
     async fn open(&self, req: Request<OpenRequest>) -> Reply<OpenResponse> {

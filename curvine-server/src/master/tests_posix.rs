@@ -1,6 +1,7 @@
 //! POSIX rules the master enforces for every client (FUSE, `cv`, Java): sticky
-//! directories, chown/chmod and the set-ID bits, supplementary groups, times, directory
-//! link counts, long paths, symlink ownership. A refused call changes nothing.
+//! directories, chown/chmod and the set-ID bits, supplementary groups, read and search
+//! permission on directories, times, directory link counts, long paths, symlink
+//! ownership. A refused call changes nothing.
 
 use curvine_common::proto::*;
 use curvine_common::FsError;
@@ -561,4 +562,153 @@ fn symlinks_are_owned_by_their_creator_and_lchown_changes_the_link() {
     assert_eq!(st.id, t.id);
     assert_eq!(stat(&ns, "/d/target").unwrap().uid, 5);
     assert!(ns.create(&create_req("/d/l2", &alice)).is_ok());
+}
+
+/// The caller of the directory-permission tests: uid 1000, in group 500 through a
+/// supplementary group.
+fn reader() -> CallerInfo {
+    with_groups(user(1000, 1000), &[500])
+}
+
+/// `/CLASS-TAG` holding a file `f` (0644) and a directory `sub`, its mode `bits` in the
+/// place of `class` (owner, group or other) alone, owned so that `reader()` falls in
+/// that class. Returns the directory's path and the ids of `f` and `sub`.
+fn class_dir(ns: &Namespace, class: &str, tag: &str, bits: u32) -> (String, u64, u64) {
+    let c = root();
+    let dir = format!("/{class}-{tag}");
+    ns.mkdir(&dir, false, 0o755, &c).unwrap();
+    let f = touch(ns, &format!("{dir}/f"), &c).id;
+    chmod(ns, &format!("{dir}/f"), 0o644, &c).unwrap();
+    let sub = ns
+        .mkdir(&format!("{dir}/sub"), false, 0o755, &c)
+        .unwrap()
+        .0
+        .id;
+    let (uid, gid) = match class {
+        "owner" => (1000, 0),
+        "group" => (0, 500),
+        _ => (0, 0),
+    };
+    set(ns, &dir, &c, |r| {
+        r.uid = Some(uid);
+        r.gid = Some(gid);
+        r.mode = Some(bits << shift(class));
+    })
+    .unwrap();
+    (dir, f, sub)
+}
+
+/// Where a class's bits sit in a mode.
+fn shift(class: &str) -> u32 {
+    match class {
+        "owner" => 6,
+        "group" => 3,
+        _ => 0,
+    }
+}
+
+fn denied<T: std::fmt::Debug>(r: Result<T, FsError>, what: &str) {
+    assert!(
+        matches!(r, Err(FsError::PermissionDenied { .. })),
+        "{what}: {r:?}"
+    );
+}
+
+// Ground truth, ext4 and tmpfs as uid 65534 (the same for owner, group and other):
+// mode r (0600 of the class): open(O_RDONLY) and readdir work and give names and
+// d_type; stat and open of an entry, chdir and stat of a missing name fail EACCES.
+// mode x (0100): open and readdir fail EACCES; stat and open of an entry work, a
+// missing name is ENOENT. Neither (0000): all of these fail EACCES.
+
+#[test]
+fn a_directory_read_but_not_searched_lists_names_alone() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let c = reader();
+    for class in ["owner", "group", "other"] {
+        let (dir, f, sub) = class_dir(&ns, class, "r", 0o6);
+        let l = ns.list_page(&dir, "", 0, true, &c).unwrap();
+        assert!(l.names_only && !l.has_more, "{class}");
+        // what readdir gives (d_ino, d_type) and nothing more
+        let want = [
+            (f, "f", FileType::File, format!("{dir}/f")),
+            (sub, "sub", FileType::Dir, format!("{dir}/sub")),
+        ];
+        assert_eq!(l.statuses.len(), 2, "{class}");
+        for (st, (id, name, kind, path)) in l.statuses.iter().zip(want) {
+            let only = FileStatus {
+                id,
+                name: name.into(),
+                file_type: kind as i32,
+                path,
+                ..Default::default()
+            };
+            assert_eq!(st, &only, "{class}");
+        }
+        // a listing with attributes, an entry and a missing name need search permission
+        denied(ns.list(&dir, "", 0, &c), class);
+        denied(ns.get_status(&format!("{dir}/f"), false, &c), class);
+        denied(ns.get_status(&format!("{dir}/sub"), false, &c), class);
+        denied(ns.open(&format!("{dir}/f"), &c), class);
+        denied(ns.get_status(&format!("{dir}/nope"), false, &c), class);
+        // the directory itself is seen from its parent
+        assert_eq!(
+            ns.get_status(&dir, false, &c).unwrap().mode,
+            0o6 << shift(class)
+        );
+        // root gets the attributes
+        let full = ns.list_page(&dir, "", 0, true, &root()).unwrap();
+        assert!(
+            !full.names_only && full.statuses[0].mode == 0o644,
+            "{class}"
+        );
+    }
+}
+
+#[test]
+fn a_directory_searched_but_not_read_gives_its_entries_not_its_names() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let c = reader();
+    for class in ["owner", "group", "other"] {
+        let (dir, f, sub) = class_dir(&ns, class, "x", 0o1);
+        denied(ns.list_page(&dir, "", 0, true, &c), class);
+        denied(ns.list(&dir, "", 0, &c), class);
+        let st = ns.get_status(&format!("{dir}/f"), false, &c).unwrap();
+        assert_eq!((st.id, st.mode), (f, 0o644), "{class}");
+        assert_eq!(
+            ns.get_status(&format!("{dir}/sub"), false, &c).unwrap().id,
+            sub
+        );
+        assert_eq!(ns.open(&format!("{dir}/f"), &c).unwrap().0.id, f);
+        // entries of a subdirectory that may be read and searched are listed in full
+        let l = ns
+            .list_page(&format!("{dir}/sub"), "", 0, true, &c)
+            .unwrap();
+        assert!(!l.names_only && l.statuses.is_empty(), "{class}");
+        assert!(
+            matches!(
+                ns.get_status(&format!("{dir}/nope"), false, &c),
+                Err(FsError::NotFound { .. })
+            ),
+            "{class}"
+        );
+    }
+}
+
+#[test]
+fn a_directory_neither_read_nor_searched_gives_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let ns = open(d.path());
+    let c = reader();
+    for class in ["owner", "group", "other"] {
+        let (dir, _, _) = class_dir(&ns, class, "none", 0);
+        denied(ns.list_page(&dir, "", 0, true, &c), class);
+        denied(ns.list(&dir, "", 0, &c), class);
+        denied(ns.get_status(&format!("{dir}/f"), false, &c), class);
+        denied(ns.open(&format!("{dir}/f"), &c), class);
+        denied(ns.get_status(&format!("{dir}/nope"), false, &c), class);
+        // root needs no permission
+        assert_eq!(ns.list(&dir, "", 0, &root()).unwrap().0.len(), 2);
+    }
 }

@@ -1,11 +1,11 @@
 //! Names and directories: mkdir, stat, list, rename, delete, symlink, readlink, link.
 
-use curvine_common::proto::{CallerInfo, FileStatus, FileType, MknodRequest};
+use curvine_common::proto::{CallerInfo, FileStatus, FileType, ListResponse, MknodRequest};
 use curvine_common::{FsError, FsResult};
 use tracing::debug;
 
 use super::namespace::{
-    check, check_sticky, is_dir, is_root, is_symlink, status, Namespace, Txn, Walk,
+    allowed, check, check_sticky, is_dir, is_root, is_symlink, status, Namespace, Txn, Walk,
 };
 use super::records::InodeRec;
 
@@ -123,6 +123,8 @@ impl Namespace {
         Ok(status(ino, w.path, w.name))
     }
 
+    /// A page of `path`'s entries with their attributes (read and search permission on
+    /// the directory), and whether more follow.
     pub fn list(
         &self,
         path: &str,
@@ -130,34 +132,70 @@ impl Namespace {
         limit: u32,
         c: &CallerInfo,
     ) -> FsResult<(Vec<FileStatus>, bool)> {
+        let r = self.list_page(path, start_after, limit, false, c)?;
+        Ok((r.statuses, r.has_more))
+    }
+
+    /// A page of `path`'s entries. Read permission lets a caller see the names, search
+    /// permission the attributes, as on a local file system (`ls` of a directory with
+    /// mode 0400 prints its names; `ls -l` fails on each entry): a caller without
+    /// search permission gets names alone when it `accept_names`, and is refused
+    /// otherwise.
+    pub fn list_page(
+        &self,
+        path: &str,
+        start_after: &str,
+        limit: u32,
+        accept_names: bool,
+        c: &CallerInfo,
+    ) -> FsResult<ListResponse> {
         let w = self.walk(&*self.store, path, c, true)?;
         let ino = w.existing()?;
         if !is_dir(ino) {
-            return Ok((vec![status(ino, w.path.clone(), w.name.clone())], false));
+            return Ok(ListResponse {
+                statuses: vec![status(ino, w.path.clone(), w.name.clone())],
+                ..Default::default()
+            });
         }
-        check(c, ino, 4 | 1, || w.path.clone())?;
+        check(c, ino, 4, || w.path.clone())?;
+        let names_only = !allowed(c, ino, 1);
+        if names_only && !accept_names {
+            return Err(FsError::PermissionDenied { path: w.path });
+        }
         let page = self.conf.list_page_size.max(1);
         let limit = if limit == 0 || limit > page {
             page
         } else {
             limit
         };
-        let (entries, more) = self.store.list(ino.id, start_after, limit as usize)?;
+        let (entries, has_more) = self.store.list(ino.id, start_after, limit as usize)?;
         let ids: Vec<u64> = entries.iter().map(|(_, id)| *id).collect();
         let inodes = self.store.inodes(&ids)?;
-        let out = entries
+        let statuses = entries
             .into_iter()
             .zip(inodes)
             .filter_map(|((name, _), i)| {
                 let i = i?;
-                Some(status(
-                    &i,
-                    curvine_common::path::child(&w.path, &name),
-                    name,
-                ))
+                let path = curvine_common::path::child(&w.path, &name);
+                Some(if names_only {
+                    // what readdir gives: d_ino and d_type
+                    FileStatus {
+                        id: i.id,
+                        path,
+                        name,
+                        file_type: i.file_type,
+                        ..Default::default()
+                    }
+                } else {
+                    status(&i, path, name)
+                })
             })
             .collect();
-        Ok((out, more))
+        Ok(ListResponse {
+            statuses,
+            has_more,
+            names_only,
+        })
     }
 
     pub fn readlink(&self, path: &str, c: &CallerInfo) -> FsResult<String> {

@@ -153,10 +153,13 @@ pub async fn run(fs: &CurvineFs, cmd: FsCmd, mode: Mode) -> anyhow::Result<()> {
     match cmd {
         FsCmd::Ls { long, json, path } => {
             let st = fs.lstat(&path).await?;
-            let entries = if st.file_type == FileType::Dir as i32 {
+            let entries = if st.file_type != FileType::Dir as i32 {
+                vec![st]
+            } else if long || json {
                 fs.list(&path).await?
             } else {
-                vec![st]
+                // names alone need read permission only, as for `ls` without -l
+                fs.read_dir(&path).await?.entries
             };
             if json {
                 let v: Vec<Value> = entries.iter().map(status_json).collect();
