@@ -1,9 +1,10 @@
 //! POSIX permission and ownership rules through a real mount, as root and as
 //! unprivileged users (two uids, one with a supplementary group, and nobody): sticky
-//! directories, chown/chgrp and the set-ID bits, open and utimensat permissions, long
-//! paths and names, symlink ownership, link counts and times past 2038; bad input (long
-//! names and paths, chown to an unknown uid, a rename into a sticky directory) as root,
-//! as nobody and as a user with a supplementary group.
+//! directories, chown/chgrp and the set-ID bits, open and utimensat permissions,
+//! directories that may be read or searched but not both, long paths and names, symlink
+//! ownership, link counts and times past 2038; bad input (long names and paths, chown to
+//! an unknown uid, a rename into a sticky directory) as root, as nobody and as a user
+//! with a supplementary group.
 
 #![allow(unsafe_code)]
 
@@ -477,5 +478,117 @@ fn bad_input_gets_its_errno_and_changes_nothing() {
             assert_eq!(owner(&dir.join("t/new")), (uid, gid));
         }
         sh(&dir, "rm -rf ./*");
+    }
+}
+
+/// `CLASS-TAG` in `dir`, holding `f` ("data", 0644) and a directory `sub`, with mode
+/// `bits` in the place of `class` (owner, group or other) alone and owned so that user
+/// A (in group GA through a supplementary group) falls in that class. Returns the
+/// directory's name.
+fn class_dir(dir: &Path, class: &str, tag: &str, bits: u32) -> String {
+    let owner = match class {
+        "owner" => format!("{A}:0"),
+        "group" => format!("0:{GA}"),
+        _ => "0:0".to_string(),
+    };
+    let d = format!("{class}-{tag}");
+    sh(
+        dir,
+        &format!(
+            "mkdir {d} {d}/sub && echo data > {d}/f && chmod 644 {d}/f && chown {owner} {d} \
+             && chmod {:o} {d}",
+            bits << class_shift(class)
+        ),
+    );
+    d
+}
+
+// Ground truth, ext4 and tmpfs as an unprivileged user (the same for each class): with
+// read but not search permission on a directory, open(O_RDONLY) and readdir work and
+// give the names and types (`ls`, `ls -p`), while `ls -l`, stat or open of an entry,
+// chdir and a lookup of a missing name fail with EACCES. With search but not read
+// permission, open and readdir fail with EACCES and the entries can be used. With
+// neither, all of it fails with EACCES.
+
+#[test]
+fn a_directory_read_but_not_searched_gives_its_names() {
+    let (dir, _) = test_dir("dir_read_only");
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    for class in ["owner", "group", "other"] {
+        let d = class_dir(&dir, class, "r", 0o6);
+        let (r, out) = as_a(&dir, &format!("exec 3<{d} && ls {d} && ls -p {d}"));
+        assert!(r && out == "f\nsub\nf\nsub/\n", "{class}: {out}");
+        for script in [
+            format!("ls -l {d}"),
+            format!("stat {d}/f"),
+            format!("cat {d}/f"),
+            format!("stat {d}/sub"),
+            format!("env -C {d} true"),
+            format!("stat {d}/nope"),
+        ] {
+            denied(as_a(&dir, &script), &format!("{class}: {script}"));
+        }
+        // the directory itself is seen from its parent
+        let (r, out) = as_a(&dir, &format!("stat -c %a {d}"));
+        let want = format!("{:o}", 0o6 << class_shift(class));
+        assert!(r && out.trim() == want, "{class}: {out}");
+        // the listing of names left nothing behind: root sees the entry as it is
+        assert_eq!(sh(&dir, &format!("stat -c '%a %s' {d}/f")), "644 5\n");
+        assert_eq!(sh(&dir, &format!("ls -l {d} | wc -l")), "3\n", "{class}");
+    }
+}
+
+#[test]
+fn a_directory_searched_but_not_read_gives_its_entries() {
+    let (dir, _) = test_dir("dir_search_only");
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    for class in ["owner", "group", "other"] {
+        let d = class_dir(&dir, class, "x", 0o1);
+        for script in [
+            format!("exec 3<{d}"),
+            format!("ls {d}"),
+            format!("ls -p {d}"),
+        ] {
+            denied(as_a(&dir, &script), &format!("{class}: {script}"));
+        }
+        let (r, out) = as_a(
+            &dir,
+            &format!("stat -c '%a %s' {d}/f && cat {d}/f && ls {d}/sub && env -C {d} cat f"),
+        );
+        assert!(r && out == "644 5\ndata\ndata\n", "{class}: {out}");
+        let (r, out) = as_a(&dir, &format!("stat {d}/nope"));
+        assert!(
+            !r && out.contains("No such file or directory"),
+            "{class}: {out}"
+        );
+    }
+}
+
+#[test]
+fn a_directory_neither_read_nor_searched_gives_nothing() {
+    let (dir, _) = test_dir("dir_no_access");
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    for class in ["owner", "group", "other"] {
+        let d = class_dir(&dir, class, "none", 0);
+        for script in [
+            format!("exec 3<{d}"),
+            format!("ls {d}"),
+            format!("stat {d}/f"),
+            format!("cat {d}/f"),
+            format!("env -C {d} true"),
+            format!("stat {d}/nope"),
+        ] {
+            denied(as_a(&dir, &script), &format!("{class}: {script}"));
+        }
+        assert_eq!(sh(&dir, &format!("ls {d}")), "f\nsub\n", "root: {class}");
+    }
+}
+
+/// Where a class's bits sit in a mode.
+fn class_shift(class: &str) -> u32 {
+    match class {
+        "owner" => 6,
+        "group" => 3,
+        _ => 0,
     }
 }

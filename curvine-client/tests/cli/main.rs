@@ -240,6 +240,12 @@ fn refused(out: &Output, path: &str, why: &str) {
     );
 }
 
+/// `conf_for`, readable by the unprivileged users `cv_as` runs as.
+fn conf_for_all(cluster: &MiniCluster, dir: &Path) -> PathBuf {
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    conf_for(cluster, dir)
+}
+
 #[test]
 fn refused_chmod_and_chown_print_one_line_and_fail() {
     if !is_root() {
@@ -249,21 +255,7 @@ fn refused_chmod_and_chown_print_one_line_and_fail() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let cluster = rt.block_on(MiniCluster::builder().start()).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    // the unprivileged cv reads the conf
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let conf = dir.path().join("conf.toml");
-    std::fs::write(
-        &conf,
-        format!(
-            "[client]\nmaster_addrs = [\"{}\"]\n[log]\nlevel = \"warn\"\n",
-            cluster.master_addr()
-        ),
-    )
-    .unwrap();
+    let conf = conf_for_all(&cluster, dir.path());
     ok(&conf, &["fs", "mkdir", "-p", "/perm"]);
     ok(&conf, &["fs", "chmod", "777", "/perm"]);
     ok(&conf, &["fs", "touch", "/perm/root-file"]);
@@ -303,6 +295,46 @@ fn refused_chmod_and_chown_print_one_line_and_fail() {
     ok(&conf, &["fs", "chown", "5002:7002", "/perm/a-file"]);
     let st = ok(&conf, &["fs", "stat", "/perm/a-file"]);
     assert!(st.contains("5002") && st.contains("7002"), "{st}");
+    rt.block_on(cluster.shutdown()).unwrap();
+}
+
+/// `cv fs ls` of a directory another user may read but not search prints the names
+/// (as `ls`, which needs no stat for them); `-l` and `--json`, which show attributes,
+/// are refused, as `ls -l` fails to stat each entry. Search without read gives the
+/// entries but not the listing.
+#[test]
+fn ls_of_a_directory_read_but_not_searched_prints_names() {
+    if !is_root() {
+        eprintln!("skipped: setpriv needs root to act as another user");
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cluster = rt.block_on(MiniCluster::builder().start()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let conf = conf_for_all(&cluster, dir.path());
+    ok(&conf, &["fs", "mkdir", "-p", "/rd/sub", "/xd/sub"]);
+    ok(&conf, &["fs", "touch", "/rd/f", "/xd/f"]);
+    ok(&conf, &["fs", "chmod", "604", "/rd"]);
+    ok(&conf, &["fs", "chmod", "601", "/xd"]);
+    let out = cv_as(5001, 5001, &conf, &["fs", "ls", "/rd"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "f\nsub\n");
+    for args in [
+        &["fs", "ls", "-l", "/rd"][..],
+        &["fs", "ls", "--json", "/rd"],
+        &["fs", "stat", "/rd/f"],
+    ] {
+        refused(&cv_as(5001, 5001, &conf, args), "/rd", "permission denied");
+    }
+    refused(
+        &cv_as(5001, 5001, &conf, &["fs", "ls", "/xd"]),
+        "/xd",
+        "permission denied",
+    );
+    let out = cv_as(5001, 5001, &conf, &["fs", "ls", "/xd/sub"]);
+    assert!(out.status.success(), "{out:?}");
+    let out = cv_as(5001, 5001, &conf, &["fs", "stat", "/xd/f"]);
+    assert!(out.status.success(), "{out:?}");
     rt.block_on(cluster.shutdown()).unwrap();
 }
 
