@@ -22,7 +22,7 @@ pub async fn serve(conf: &ClusterConf, port: u16, cancel: CancellationToken) -> 
     // registered now, so the first scrape lists them before any call
     curvine_client::metrics::client();
     let probes = Probes {
-        ready: Arc::new(|| true),
+        ready: Arc::new(|| Ok(())),
         refresh: None,
     };
     let app = web::finish(web::probe_routes(probes), WebAuth::new(conf));

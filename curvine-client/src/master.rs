@@ -181,8 +181,12 @@ impl MasterClient {
             // a lost reply, a stopped master, a timeout: the same request (same id) again
             CallKind::Once => e.is_retryable(),
         };
-        // with several masters, tries go on through an election, within the call's timeout
-        let until = (self.addrs.len() > 1).then(|| Instant::now() + self.rpc_timeout);
+        // within the call's timeout, tries go on through an election with several
+        // masters, and while a master waits for its workers' reports before it says
+        // where a block is (`ReplicasUnknown`)
+        let until = Some(Instant::now() + self.rpc_timeout);
+        let several = self.addrs.len() > 1;
+        let past = |e: &FsError| several || matches!(e, FsError::ReplicasUnknown { .. });
         // every try of the call, and what it logs, in one span with the request id the
         // master's `master.call` span shows too (formatted only when the span is on)
         let span = debug_span!(
@@ -193,7 +197,7 @@ impl MasterClient {
         );
         // no clock reading when metrics are off (`web.metrics`)
         let start = curvine_common::web::recording().then(Instant::now);
-        let tries = self.retry.run_if_until(what, retry_if, until, |_| {
+        let tries = self.retry.run_if_until(what, retry_if, until, past, |_| {
             let req = &req;
             let not_applied = &not_applied;
             async move {

@@ -485,8 +485,14 @@ impl FsReader {
                     refetched += 1;
                     continue;
                 }
+                // the master lists a block without a location only once it has heard
+                // from its workers (`ReplicasUnknown` before, which `open` waits out):
+                // every worker that held it is lost
                 return Err(last_err.unwrap_or_else(|| FsError::Unavailable {
-                    message: format!("{}: block {block_id} has no live replica", self.status.path),
+                    message: format!(
+                        "{}: block {block_id} has no live replica: no live worker holds it",
+                        self.status.path
+                    ),
                 }));
             };
             let ahead = self.fs.conf().client.read_ahead.0;

@@ -1,5 +1,6 @@
 //! Retries for idempotent master calls: up to `attempts` tries on a retryable error
-//! (`FsError::is_retryable`), sleeping `backoff * attempt` between tries.
+//! (`FsError::is_retryable`), sleeping `backoff * attempt` between tries; for some
+//! errors, more tries until a deadline (`run_if_until`).
 
 use std::future::Future;
 use std::time::Duration;
@@ -32,42 +33,44 @@ impl RetryPolicy {
         Fut: Future<Output = FsResult<T>>,
         P: Fn(&FsError) -> bool,
     {
-        self.run_if_until(what, retry_if, None, op).await
+        self.run_if_until(what, retry_if, None, |_| false, op).await
     }
 
-    /// Like `run_if`; with `until`, tries go on past `attempts` (each `backoff` apart)
-    /// until that instant: a failover between masters takes an election, however many
-    /// tries that is.
-    pub async fn run_if_until<T, F, Fut, P>(
+    /// Like `run_if`; with `until`, tries of the errors `past` holds for go on past
+    /// `attempts` until that instant: a failover between masters takes an election,
+    /// and a master that has just started waits for its workers' reports, however
+    /// many tries that is.
+    pub async fn run_if_until<T, F, Fut, P, Q>(
         &self,
         what: &str,
         retry_if: P,
         until: Option<std::time::Instant>,
+        past: Q,
         mut op: F,
     ) -> FsResult<T>
     where
         F: FnMut(u32) -> Fut,
         Fut: Future<Output = FsResult<T>>,
         P: Fn(&FsError) -> bool,
+        Q: Fn(&FsError) -> bool,
     {
         let attempts = self.attempts.max(1);
         let mut attempt = 0;
         loop {
             let res = op(attempt).await;
             let within = attempt + 1 < attempts;
-            let more =
-                within || until.is_some_and(|u| std::time::Instant::now() + self.backoff < u);
+            let before = |u: std::time::Instant| std::time::Instant::now() + self.backoff < u;
             match res {
                 Ok(v) => return Ok(v),
-                Err(e) if more && retry_if(&e) => {
+                Err(e) if (within || (past(&e) && until.is_some_and(before))) && retry_if(&e) => {
                     debug!(error = %e, attempt, what, "retrying");
-                    let wait = if matches!(e, FsError::NotLeader { .. }) {
+                    let wait = match e {
                         // the next attempt goes to another master; no need to wait long
-                        self.backoff / 4
-                    } else if within {
-                        self.backoff * (attempt + 1)
-                    } else {
-                        self.backoff
+                        FsError::NotLeader { .. } => self.backoff / 4,
+                        // a worker's report ends the wait: ask again soon
+                        FsError::ReplicasUnknown { .. } => self.backoff / 2,
+                        _ if within => self.backoff * (attempt + 1),
+                        _ => self.backoff,
                     };
                     tokio::time::sleep(wait).await;
                     attempt += 1;
@@ -97,15 +100,21 @@ mod tests {
         let calls = AtomicU32::new(0);
         let until = std::time::Instant::now() + Duration::from_secs(20);
         let v = policy(2)
-            .run_if_until("t", FsError::is_retryable, Some(until), |_| async {
-                if calls.fetch_add(1, Ordering::SeqCst) < 6 {
-                    Err(FsError::NotLeader {
-                        leader: String::new(),
-                    })
-                } else {
-                    Ok(7)
-                }
-            })
+            .run_if_until(
+                "t",
+                FsError::is_retryable,
+                Some(until),
+                |_| true,
+                |_| async {
+                    if calls.fetch_add(1, Ordering::SeqCst) < 6 {
+                        Err(FsError::NotLeader {
+                            leader: String::new(),
+                        })
+                    } else {
+                        Ok(7)
+                    }
+                },
+            )
             .await
             .unwrap();
         assert_eq!((v, calls.load(Ordering::SeqCst)), (7, 7));
@@ -113,7 +122,48 @@ mod tests {
         let calls = AtomicU32::new(0);
         let gone = std::time::Instant::now();
         let e = policy(2)
-            .run_if_until("t", FsError::is_retryable, Some(gone), |_| async {
+            .run_if_until(
+                "t",
+                FsError::is_retryable,
+                Some(gone),
+                |_| true,
+                |_| async {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    FsResult::<()>::Err(FsError::Unavailable {
+                        message: "down".into(),
+                    })
+                },
+            )
+            .await;
+        assert!(e.is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    /// Only the errors the deadline is for are tried past the attempts.
+    #[tokio::test]
+    async fn the_deadline_is_for_the_errors_it_names() {
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        let not_located = || FsError::ReplicasUnknown {
+            path: "/f".into(),
+            block_id: 1,
+            message: "0 of 1 workers reported".into(),
+        };
+        let past = |e: &FsError| matches!(e, FsError::ReplicasUnknown { .. });
+        let calls = AtomicU32::new(0);
+        let v = policy(2)
+            .run_if_until("t", FsError::is_retryable, Some(until), past, |_| async {
+                if calls.fetch_add(1, Ordering::SeqCst) < 6 {
+                    Err(not_located())
+                } else {
+                    Ok(7)
+                }
+            })
+            .await
+            .unwrap();
+        assert_eq!((v, calls.load(Ordering::SeqCst)), (7, 7));
+        let calls = AtomicU32::new(0);
+        let e = policy(2)
+            .run_if_until("t", FsError::is_retryable, Some(until), past, |_| async {
                 calls.fetch_add(1, Ordering::SeqCst);
                 FsResult::<()>::Err(FsError::Unavailable {
                     message: "down".into(),
@@ -121,7 +171,7 @@ mod tests {
             })
             .await;
         assert!(e.is_err());
-        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "the attempts alone count");
     }
 
     #[tokio::test]

@@ -41,6 +41,7 @@ pub enum ErrorCode {
     NotPermitted = 26,
     UnderStore = 27,
     ReadOnly = 28,
+    ReplicasUnknown = 29,
 }
 
 impl ErrorCode {
@@ -74,6 +75,7 @@ impl ErrorCode {
             26 => NotPermitted,
             27 => UnderStore,
             28 => ReadOnly,
+            29 => ReplicasUnknown,
             _ => Internal,
         }
     }
@@ -146,6 +148,14 @@ pub enum FsError {
         key: String,
         message: String,
     },
+    /// A master that has just started or become leader has not yet heard from every
+    /// worker where the block is (`master.worker_report_grace`): try again shortly.
+    #[error("{path}: block {block_id} is not located yet: {message}")]
+    ReplicasUnknown {
+        path: String,
+        block_id: u64,
+        message: String,
+    },
     #[error("internal error: {message}")]
     Internal { message: String },
 }
@@ -180,6 +190,7 @@ impl FsError {
             FsError::NotPermitted { .. } => ErrorCode::NotPermitted,
             FsError::ReadOnly { .. } => ErrorCode::ReadOnly,
             FsError::UnderStore { .. } => ErrorCode::UnderStore,
+            FsError::ReplicasUnknown { .. } => ErrorCode::ReplicasUnknown,
             FsError::Internal { .. } => ErrorCode::Internal,
         }
     }
@@ -192,6 +203,7 @@ impl FsError {
                 | FsError::Unavailable { .. }
                 | FsError::NotLeader { .. }
                 | FsError::Busy { .. }
+                | FsError::ReplicasUnknown { .. }
         )
     }
 
@@ -256,6 +268,7 @@ impl FsError {
             ErrorCode::NotASymlink => libc::EINVAL,
             ErrorCode::Timeout => libc::ETIMEDOUT,
             ErrorCode::Busy | ErrorCode::FileIncomplete => libc::EBUSY,
+            ErrorCode::ReplicasUnknown => libc::EAGAIN,
             ErrorCode::CrossDevice => libc::EXDEV,
             ErrorCode::ReadOnly => libc::EROFS,
             ErrorCode::Unauthenticated | ErrorCode::NotPermitted => libc::EPERM,
@@ -301,6 +314,15 @@ impl FsError {
                 d.worker = worker.clone();
             }
             FsError::NotLeader { leader } => d.leader = leader.clone(),
+            FsError::ReplicasUnknown {
+                path,
+                block_id,
+                message,
+            } => {
+                d.path = path.clone();
+                d.block_id = *block_id;
+                d.message = message.clone();
+            }
             FsError::UnderStore {
                 store,
                 key,
@@ -356,6 +378,11 @@ impl FsError {
             },
             ErrorCode::BlockNotFound => FsError::BlockNotFound { block_id, worker },
             ErrorCode::NotLeader => FsError::NotLeader { leader },
+            ErrorCode::ReplicasUnknown => FsError::ReplicasUnknown {
+                path,
+                block_id,
+                message,
+            },
             ErrorCode::UnderStore => FsError::UnderStore {
                 store,
                 key: path,
@@ -387,7 +414,9 @@ impl From<FsError> for tonic::Status {
                 tonic::Code::InvalidArgument
             }
             ErrorCode::Timeout => tonic::Code::DeadlineExceeded,
-            ErrorCode::Unavailable | ErrorCode::NotLeader => tonic::Code::Unavailable,
+            ErrorCode::Unavailable | ErrorCode::NotLeader | ErrorCode::ReplicasUnknown => {
+                tonic::Code::Unavailable
+            }
             ErrorCode::Internal | ErrorCode::Io => tonic::Code::Internal,
             _ => tonic::Code::FailedPrecondition,
         };
@@ -459,6 +488,29 @@ mod tests {
         let back: FsError = tonic::Status::from(FsError::not_found("/a")).into();
         assert!(matches!(back, FsError::NotFound { ref path } if path == "/a"));
         assert_eq!(back.errno(), libc::ENOENT);
+    }
+
+    #[test]
+    fn replicas_unknown_keeps_its_fields_and_is_retried() {
+        let e = FsError::ReplicasUnknown {
+            path: "/f".into(),
+            block_id: 7,
+            message: "0 of 1 workers reported".into(),
+        };
+        let back: FsError = tonic::Status::from(e).into();
+        match &back {
+            FsError::ReplicasUnknown {
+                path,
+                block_id,
+                message,
+            } => assert_eq!(
+                (path.as_str(), *block_id, message.as_str()),
+                ("/f", 7, "0 of 1 workers reported")
+            ),
+            other => panic!("wrong variant {other:?}"),
+        }
+        assert!(back.is_retryable());
+        assert_eq!(back.errno(), libc::EAGAIN);
     }
 
     #[test]

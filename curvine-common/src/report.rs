@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use crate::proto::{
     FileStatus, FileType, LocatedBlock, ReportResponse, StorageTier, TaskReport, TierReport,
-    WorkerReport,
+    WorkerReport, WorkerReports,
 };
 use crate::tasks::state_name;
 
@@ -24,6 +24,18 @@ pub fn human(bytes: u64) -> String {
     } else {
         format!("{v:.1} {}", UNITS[u])
     }
+}
+
+/// A master's wait for its workers' reports in words, as `cv report`, the console and
+/// `/readyz` say it.
+pub fn reporting_line(w: &WorkerReports) -> String {
+    format!(
+        "waiting for worker reports: {} of {} reported in {:.1} s, at most {:.1} s left",
+        w.reported,
+        w.expected,
+        w.elapsed_ms as f64 / 1000.0,
+        w.left_ms as f64 / 1000.0
+    )
 }
 
 pub fn tier_name(t: i32) -> &'static str {
@@ -194,6 +206,12 @@ pub fn report_json(r: &ReportResponse) -> Value {
             "pending_bytes": r.persist_pending_bytes,
             "failed": r.persist_failed,
         },
+        "reporting": r.reporting.as_ref().map(|w| json!({
+            "reported": w.reported,
+            "expected": w.expected,
+            "elapsed_ms": w.elapsed_ms,
+            "left_ms": w.left_ms,
+        })),
         "workers_live": live,
         "workers_lost": r.workers.len() - live,
         "workers": r.workers.iter().map(worker_json).collect::<Vec<_>>(),

@@ -40,8 +40,8 @@ pub const TOKEN_COOKIE: &str = "curvine_token";
 /// The routes that stay open without a token unless `web.metrics_auth` is set.
 const PROBE_PATHS: [&str; 3] = ["/metrics", "/healthz", "/readyz"];
 
-/// Whether the process does its job now (`/readyz`).
-pub type ReadyFn = Arc<dyn Fn() -> bool + Send + Sync>;
+/// Whether the process does its job now (`/readyz`): `Err` says why not.
+pub type ReadyFn = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 /// Sets the gauges that are read at scrape time; may block (runs on the blocking pool).
 pub type RefreshFn = Arc<dyn Fn() + Send + Sync>;
@@ -258,10 +258,13 @@ async fn metrics(State(p): State<Probes>) -> Response {
 }
 
 async fn readyz(State(p): State<Probes>) -> Response {
-    if (p.ready)() {
-        "ready\n".into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    match (p.ready)() {
+        Ok(()) => "ready\n".into_response(),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        )
+            .into_response(),
     }
 }
 

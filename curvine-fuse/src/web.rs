@@ -37,7 +37,13 @@ pub async fn start(
     // every metric exists from the start, before the first request
     let _ = crate::metrics::fuse();
     let probes = Probes {
-        ready: Arc::new(move || mounted.load(Ordering::Acquire)),
+        ready: Arc::new(move || {
+            if mounted.load(Ordering::Acquire) {
+                Ok(())
+            } else {
+                Err("not mounted".into())
+            }
+        }),
         refresh: None,
     };
     if let Ok(addr) = listener.local_addr() {

@@ -75,6 +75,7 @@ pub struct MasterMetrics {
     used: IntGaugeVec,
     under_replicated: IntGauge,
     missing: IntGauge,
+    awaited_workers: IntGauge,
     copies_in_flight: IntGauge,
     copies_done: IntCounter,
     copies_failed: IntCounter,
@@ -150,6 +151,11 @@ static MASTER: LazyLock<MasterMetrics> = LazyLock::new(|| {
             "curvine_master_missing_blocks",
             "Committed blocks with no live replica.",
         ),
+        awaited_workers: gauge(
+            "curvine_master_awaited_workers",
+            "Workers a master just started or become leader still waits to hear from \
+             (0 once all reported or master.worker_report_grace passed).",
+        ),
         copies_in_flight: gauge(
             "curvine_master_replication_copies_in_flight",
             "Re-replication copies scheduled and not yet reported.",
@@ -216,6 +222,12 @@ impl MasterMetrics {
         }
         set(&self.under_replicated, r.under_replicated);
         set(&self.missing, r.missing_blocks);
+        set(
+            &self.awaited_workers,
+            r.reporting
+                .as_ref()
+                .map_or(0, |w| u64::from(w.expected.saturating_sub(w.reported))),
+        );
         set(&self.copies_in_flight, r.copies_in_flight);
         catch_up(&self.copies_done, r.copies_done);
         catch_up(&self.copies_failed, r.copies_failed);

@@ -1,6 +1,9 @@
 //! Fault tests: each owns its MiniCluster (or real processes) and stops/restarts nodes.
+//! `faults/reports.rs`: reads right after a master restart, while its workers report.
 
 mod common;
+#[path = "faults/reports.rs"]
+mod reports;
 
 use std::io::Write;
 use std::time::Duration;
@@ -655,10 +658,18 @@ struct Procs {
     dir: tempfile::TempDir,
     conf_path: std::path::PathBuf,
     conf: curvine_common::ClusterConf,
+    /// `--set` arguments of every process.
+    sets: Vec<String>,
 }
 
 impl Procs {
     fn new() -> Procs {
+        Self::with(&[])
+    }
+
+    /// [`new`](Self::new), with `sets` (`section.key=value`) over the file, as
+    /// `curvine-server --set` takes them.
+    fn with(sets: &[&str]) -> Procs {
         let dir = tempfile::tempdir().unwrap();
         let free_port = || {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -679,20 +690,23 @@ impl Procs {
             data = dir.path().join("ssd").display(),
         );
         std::fs::write(&conf_path, text).unwrap();
-        let conf = curvine_common::ClusterConf::load(&conf_path).unwrap();
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        let conf = curvine_common::ClusterConf::load_with(&conf_path, &sets).unwrap();
         Procs {
             dir,
             conf_path,
             conf,
+            sets,
         }
     }
 
     fn spawn(&self, role: &str) -> std::process::Child {
-        std::process::Command::new(env!("CARGO_BIN_EXE_curvine-server"))
-            .args([role, "--conf"])
-            .arg(&self.conf_path)
-            .spawn()
-            .unwrap()
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_curvine-server"));
+        cmd.args([role, "--conf"]).arg(&self.conf_path);
+        for s in &self.sets {
+            cmd.args(["--set", s]);
+        }
+        cmd.spawn().unwrap()
     }
 
     fn staging_files(&self) -> Vec<std::path::PathBuf> {

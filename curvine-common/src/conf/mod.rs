@@ -72,6 +72,12 @@ pub struct MasterConf {
     pub storage_tier: Tier,
     /// A worker silent for this long is declared lost.
     pub worker_lost_timeout: Dur,
+    /// How long a master that has just started, or just become leader, waits for the
+    /// workers it knows of to register and report their blocks. Until they all have,
+    /// or this has passed, a block with no replica reported is not yet known rather than
+    /// lost: its reads wait and it is not re-replicated. Unset: twice
+    /// `worker.heartbeat_interval` (at most `worker_lost_timeout`).
+    pub worker_report_grace: Option<Dur>,
     /// A file whose writer has not renewed its lease for this long is removed.
     pub lease_timeout: Dur,
     /// How long the master remembers a client's mutation (its request id and reply), so
@@ -247,6 +253,7 @@ impl Default for MasterConf {
             replicas: 1,
             storage_tier: Tier(StorageTier::Mem),
             worker_lost_timeout: Dur(Duration::from_secs(30)),
+            worker_report_grace: None,
             lease_timeout: Dur(Duration::from_secs(60)),
             retry_cache_ttl: Dur(Duration::from_secs(600)),
             retry_cache_entries: 100_000,
@@ -705,6 +712,17 @@ impl ClusterConf {
                  least three times it (now {hb:?} and {el:?})"
             )));
         }
+        if let Some(g) = self.master.worker_report_grace {
+            // a worker silent that long is lost anyway: waiting longer for it is pointless
+            let lost = self.master.worker_lost_timeout.get();
+            if g.get() > lost {
+                return Err(FsError::config(format!(
+                    "master.worker_report_grace must be at most master.worker_lost_timeout \
+                     ({lost:?}), not {:?}",
+                    g.get()
+                )));
+            }
+        }
         if self.client.frame_size.0 == 0 {
             return Err(FsError::config("client.frame_size must be positive"));
         }
@@ -730,6 +748,18 @@ impl ClusterConf {
             }
         }
         Ok(())
+    }
+
+    /// How long a master that has just started or become leader waits for its workers'
+    /// reports: `master.worker_report_grace`, or twice `worker.heartbeat_interval` (a
+    /// worker registers within a heartbeat or two of the master's start), at most
+    /// `master.worker_lost_timeout`.
+    pub fn worker_report_grace(&self) -> Duration {
+        match self.master.worker_report_grace {
+            Some(g) => g.get(),
+            None => (self.worker.heartbeat_interval.get() * 2)
+                .min(self.master.worker_lost_timeout.get()),
+        }
     }
 
     /// The worker's tier directories, fastest tier first.

@@ -176,3 +176,29 @@ fn sets_apply_over_the_file() {
         );
     }
 }
+
+#[test]
+fn worker_report_grace_follows_the_heartbeat_unless_set() {
+    // twice the worker's heartbeat by default
+    let conf = ClusterConf::parse("").unwrap();
+    assert_eq!(conf.worker_report_grace(), Duration::from_secs(6));
+    let conf = ClusterConf::parse("[worker]\nheartbeat_interval = \"200ms\"\n").unwrap();
+    assert_eq!(conf.worker_report_grace(), Duration::from_millis(400));
+    // never past the time after which a silent worker counts as lost anyway
+    let conf = ClusterConf::parse(
+        "[master]\nworker_lost_timeout = \"5s\"\n[worker]\nheartbeat_interval = \"10s\"\n",
+    )
+    .unwrap();
+    assert_eq!(conf.worker_report_grace(), Duration::from_secs(5));
+    let conf = ClusterConf::parse("[master]\nworker_report_grace = \"0s\"\n").unwrap();
+    assert_eq!(conf.worker_report_grace(), Duration::ZERO);
+    let e = ClusterConf::parse(
+        "[master]\nworker_lost_timeout = \"5s\"\nworker_report_grace = \"6s\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("master.worker_report_grace") && e.contains("worker_lost_timeout"),
+        "{e}"
+    );
+}

@@ -229,6 +229,7 @@ impl Namespace {
                 .persister
                 .failed
                 .load(std::sync::atomic::Ordering::Relaxed),
+            reporting: self.waiting_for_workers(),
         }
     }
 }

@@ -9,8 +9,8 @@
 //! service); under-stores: `mounts`, `ufs_meta` (metadata), `persist` (uploads),
 //! `ufs_write` (renames, deletes, read-only mounts), `ttl`; `purge` (recursive deletes
 //! of large subtrees in bounded entries); `raft` and `replicated` (replicated masters:
-//! openraft's log, state machine and RPCs, and the leader's mutations; `tenure`, a new
-//! leader's reads of blocks while its workers register).
+//! openraft's log, state machine and RPCs, and the leader's mutations); `tenure` (a
+//! master that has just started or become leader waits for its workers' reports).
 
 mod apply;
 mod attrs;
@@ -104,7 +104,8 @@ pub async fn run_with_web(
             Some((path, listener))
         }
     };
-    let mconf = conf.master.clone();
+    let mut mconf = conf.master.clone();
+    mconf.worker_report_grace = Some(curvine_common::conf::Dur(conf.worker_report_grace()));
     let sync = conf.journal.sync;
     let lost_timeout = conf.master.worker_lost_timeout.0;
     let group = (!conf.master.peers.is_empty()).then(|| raft::group_id(&conf));
@@ -124,6 +125,9 @@ pub async fn run_with_web(
         }
         None => None,
     };
+    // a single master's wait for its workers' reports starts with it; a replicated
+    // master's, when it leads
+    ns.note_tenure();
     info!(%addr, cluster_id = %ns.cluster_id(), "master serving");
     if !conf.mount.is_empty() {
         // a store that is down must not keep the master from serving the rest
@@ -159,8 +163,9 @@ pub async fn run_with_web(
             move || {
                 let n = n.clone();
                 async move {
-                    // a new leader's tenure starts within a tick of its election
-                    n.led_for();
+                    // a new leader's tenure starts within a tick of its election, and
+                    // the wait for the workers' reports ends within a tick of the grace
+                    n.waiting_for_workers();
                     // workers report to the leader alone: a follower hears none
                     if n.leads() && n.workers.detect_lost() > 0 {
                         n.repl.wake();

@@ -59,6 +59,8 @@ pub struct Namespace {
     pub(super) retries: super::retry_cache::RetryCache,
     /// The mutations being built into one entry (replicated masters, `batch`).
     pub(super) batch: Arc<super::batch::Batcher>,
+    /// A new tenure's wait for the workers' reports (`tenure`).
+    pub(super) reporting: super::tenure::Reporting,
 }
 
 /// Read access shared by the store (lock-free reads) and a transaction (its own
@@ -272,11 +274,16 @@ impl Namespace {
     /// are 0 when given: every master of a replicated group formats the same state, on
     /// which the same log then gives the same namespace.
     pub fn load_as(
-        conf: MasterConf,
+        mut conf: MasterConf,
         sync: bool,
         lost_timeout: std::time::Duration,
         cluster: Option<String>,
     ) -> FsResult<Namespace> {
+        // `master::run` resolves it from the whole configuration; a namespace built from
+        // the master's section alone takes the default's
+        conf.worker_report_grace.get_or_insert_with(|| {
+            curvine_common::conf::Dur(curvine_common::ClusterConf::default().worker_report_grace())
+        });
         let store = Arc::new(Store::open(
             &conf.meta_dir,
             conf.meta_write_buffer.0,
@@ -318,6 +325,7 @@ impl Namespace {
             replica: Default::default(),
             retries: Default::default(),
             batch: Default::default(),
+            reporting: Default::default(),
         };
         ns.workers.load(&ns.store)?;
         // Writers of files open before the restart get a fresh lease to continue.

@@ -567,6 +567,10 @@ pub async fn persist_loop(ns: Arc<Namespace>, task: Task) {
             // the leader uploads; a new leader finds the pending uploads in its state
             continue;
         }
+        if ns.waiting_for_workers().is_some() {
+            // an upload reads the file's blocks from the workers that report them
+            continue;
+        }
         let pending = match ns.pending_uploads() {
             Ok(p) => p,
             Err(e) => {

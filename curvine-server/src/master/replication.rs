@@ -8,6 +8,10 @@
 //! Bad replicas (reported by readers, found by scrubbers) are dropped from the block map
 //! when another live replica remains, and trigger a scan.
 //!
+//! A master that has just started or become leader scans only once its workers have
+//! reported (or `master.worker_report_grace` passed, see `tenure`): until then a block
+//! whose replicas no worker has reported yet is not known to be short.
+//!
 //! A scan reads the whole block map, so the periodic one runs only when something may
 //! have left a block short since the last scan found every block whole: a replica
 //! forgotten, a worker lost or registered, a bad replica, a failed copy, a file's replica
@@ -373,6 +377,15 @@ pub(super) async fn replication_loop(
         if !ns.leads() {
             // the leader re-replicates and drains; the scan waits until this master leads
             task.idle();
+            continue;
+        }
+        if let Some(w) = ns.waiting_for_workers() {
+            // replicas not reported yet are not lost: the scan waits for the whole block
+            // map, and the end of the wait wakes it
+            task.busy(format!(
+                "wait for the workers' reports ({} of {})",
+                w.reported, w.expected
+            ));
             continue;
         }
         task.busy("scan for blocks below their replica count");

@@ -250,6 +250,8 @@ impl MasterService for MasterSvc {
                 if !r.exclude_fetchers.is_empty() {
                     ns.avoid_fetchers(&mut blocks, &c.client_host, &r.exclude_fetchers);
                 }
+                // a block no worker has reported yet is not lost while they report
+                ns.check_locations_known(&st.path, &blocks)?;
                 Ok((st, blocks))
             })
             .await?;

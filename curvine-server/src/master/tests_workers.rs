@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use curvine_common::conf::{Dur, MasterConf};
 use curvine_common::proto::*;
 use curvine_common::{BlockId, FsError, InodeId, WorkerId};
 
@@ -484,4 +485,105 @@ fn only_a_registered_worker_is_recognized() {
         .0;
     assert!(is(named.worker_id, &named.session, Some("127.0.0.1")));
     assert!(!is(named.worker_id, &named.session, Some("10.1.2.3")));
+}
+
+/// A worker's registration after a restart, with its blocks (`blocks`).
+fn reregister(ns: &Namespace, id: u32, host: &str, blocks: &[u64]) {
+    ns.register_worker(RegisterRequest {
+        worker_id: id,
+        address: Some(WorkerAddress {
+            worker_id: id,
+            host: host.into(),
+            data_port: 1000,
+        }),
+        tiers: vec![TierReport {
+            tier: StorageTier::Mem as i32,
+            capacity: 1 << 30,
+            ..Default::default()
+        }],
+        blocks: blocks
+            .iter()
+            .map(|&b| BlockReplica {
+                block_id: b,
+                len: 5,
+                tier: StorageTier::Mem as i32,
+            })
+            .collect(),
+        cluster_id: String::new(),
+        paged: false,
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_restarted_master_waits_for_its_workers_before_a_block_counts_lost() {
+    let d = tempfile::tempdir().unwrap();
+    let blocks = |ns: &Namespace, id: u64| ns.located_blocks(id).unwrap();
+    let (a, b, f, g) = {
+        let ns = open(d.path());
+        let a = register(&ns, "a", (1 << 30, 0), (0, 0));
+        let b = register(&ns, "b", (1 << 20, 0), (0, 0));
+        let f = write_file(&ns, "/on-a", &[5]);
+        let located = |p: &str| ns.open(p, &root()).unwrap().1[0].locations[0].worker_id;
+        assert_eq!(located("/on-a"), a);
+        // the next block goes to b: a is full for now
+        ns.workers
+            .place(StorageTier::Mem, 1, 1 << 30, "", &[])
+            .unwrap();
+        let g = write_file(&ns, "/on-b", &[5]);
+        assert_eq!(located("/on-b"), b);
+        let f = (f.id, blocks(&ns, f.id)[0].block_id);
+        let g = (g.id, blocks(&ns, g.id)[0].block_id);
+        (a, b, f, g)
+    };
+    // restarted: no worker has registered yet
+    let ns = open(d.path());
+    let w = ns.waiting_for_workers().expect("it waits for a and b");
+    assert_eq!((w.reported, w.expected), (0, 2));
+    let r = ns.report().reporting.expect("the report says so");
+    assert_eq!((r.reported, r.expected), (0, 2));
+    let e = ns
+        .check_locations_known("/on-a", &blocks(&ns, f.0))
+        .unwrap_err();
+    assert!(
+        matches!(&e, FsError::ReplicasUnknown { path, block_id, .. }
+            if path == "/on-a" && *block_id == f.1),
+        "{e}"
+    );
+    assert!(e.to_string().contains("0 of 2 workers"), "{e}");
+    // a reports: its block is located, b's is not known yet
+    reregister(&ns, a, "a", &[f.1]);
+    ns.check_locations_known("/on-a", &blocks(&ns, f.0))
+        .unwrap();
+    assert_eq!(blocks(&ns, f.0)[0].locations[0].worker_id, a);
+    assert!(matches!(
+        ns.check_locations_known("/on-b", &blocks(&ns, g.0)),
+        Err(FsError::ReplicasUnknown { .. })
+    ));
+    assert_eq!(ns.waiting_for_workers().map(|w| w.reported), Some(1));
+    // b reports: the wait is over
+    reregister(&ns, b, "b", &[g.1]);
+    assert_eq!(ns.waiting_for_workers(), None);
+    assert_eq!(ns.report().reporting, None);
+    ns.check_locations_known("/on-b", &blocks(&ns, g.0))
+        .unwrap();
+    drop(ns);
+
+    // restarted with no grace: b never comes back, and its block counts lost at once
+    let ns = Namespace::load(
+        MasterConf {
+            worker_report_grace: Some(Dur(Duration::ZERO)),
+            ..mconf(d.path())
+        },
+        false,
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    reregister(&ns, a, "a", &[f.1]);
+    assert_eq!(ns.waiting_for_workers(), None);
+    let lost = blocks(&ns, g.0);
+    assert!(lost[0].locations.is_empty());
+    ns.check_locations_known("/on-b", &lost).unwrap();
+    ns.replication_scan().unwrap();
+    assert_eq!(ns.report().missing_blocks, 1);
 }

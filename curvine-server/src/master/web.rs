@@ -15,7 +15,7 @@ use axum::routing::get;
 use axum::Router;
 use curvine_common::proto::{CallerInfo, FileStatus, FileType, LocatedBlock, ReportResponse};
 use curvine_common::report::{
-    block_json, human, report_json, status_json, tier_name, tiers_total, type_name,
+    block_json, human, report_json, reporting_line, status_json, tier_name, tiers_total, type_name,
 };
 use curvine_common::web::{self, Probes, WebAuth};
 use curvine_common::{ClusterConf, FsError, FsResult};
@@ -39,8 +39,20 @@ pub fn app(conf: &ClusterConf, ns: &Arc<Namespace>, serving: Arc<AtomicBool>) ->
     web::note_process("master");
     let m = metrics::master();
     let refresh_ns = Arc::downgrade(ns);
+    let ready_ns = Arc::downgrade(ns);
     let probes = Probes {
-        ready: Arc::new(move || serving.load(Ordering::Acquire)),
+        // not ready while it waits for its workers' reports: a read of a block on a
+        // worker that has not reported yet waits until it has
+        ready: Arc::new(move || {
+            if !serving.load(Ordering::Acquire) {
+                return Err("not serving calls".into());
+            }
+            match ready_ns.upgrade().map(|ns| ns.waiting_for_workers()) {
+                None => Err("stopping".into()),
+                Some(Some(w)) => Err(reporting_line(&w)),
+                Some(None) => Ok(()),
+            }
+        }),
         refresh: Some(Arc::new(move || {
             if let Some(ns) = refresh_ns.upgrade() {
                 m.refresh(&ns.report());
@@ -342,6 +354,18 @@ async fn overview_page(State(c): State<Arc<Console>>) -> Response {
         env!("CARGO_PKG_VERSION"),
         uptime(c.started.elapsed().as_secs())
     );
+    if let Some(w) = &r.reporting {
+        // blocks on the workers not heard from yet are not lost, and reads of them wait
+        let _ = write!(
+            b,
+            "<h2>Worker reports</h2><p class=\"lost\" id=\"reporting-line\">{}: reads of \
+             blocks on the others wait; re-replication waits.</p><table id=\"reporting\">\
+             <tr><th>Reported</th>{}</tr><tr><th>Expected</th>{}</tr></table>",
+            esc(&reporting_line(w)),
+            num("reporting.reported", u64::from(w.reported)),
+            num("reporting.expected", u64::from(w.expected)),
+        );
+    }
     let _ = write!(
         b,
         "<h2>Capacity</h2><table id=\"capacity\"><tr><th>Tier</th><th>Capacity</th>\

@@ -18,9 +18,14 @@ pub(super) fn app(conf: &ClusterConf, store: &Arc<BlockStore>) -> Router {
         (Arc::downgrade(store), Arc::downgrade(store));
     let probes = Probes {
         ready: Arc::new(move || {
-            ready
+            let registered = ready
                 .upgrade()
-                .is_some_and(|s| s.early_heartbeat.is_registered())
+                .is_some_and(|s| s.early_heartbeat.is_registered());
+            if registered {
+                Ok(())
+            } else {
+                Err("not registered with the master".into())
+            }
         }),
         refresh: Some(Arc::new(move || {
             if let Some(s) = refresh.upgrade() {

@@ -312,6 +312,14 @@ pub async fn report(fs: &CurvineFs) -> anyhow::Result<()> {
         "files: {}  dirs: {}  blocks: {}",
         r.files, r.dirs, r.blocks
     )?;
+    if let Some(w) = &r.reporting {
+        // blocks on the workers not heard from yet are not lost: their reads wait
+        writeln!(
+            out,
+            "safe mode: {} (reads of blocks on the others wait; no re-replication)",
+            curvine_common::report::reporting_line(w)
+        )?;
+    }
     writeln!(
         out,
         "replication: {} under-replicated  {} missing  copies {} in flight, {} done, {} failed  bad replicas {}",

@@ -48,16 +48,6 @@ fn write_err(e: RaftError<u64, ClientWriteError<u64, BasicNode>>, r: &Replica) -
 }
 
 impl Replica {
-    /// How long this master has led in its current term, counted from the first time
-    /// it was asked in that term (`None` when it does not lead).
-    pub fn led_for(&self) -> Option<std::time::Duration> {
-        let term = {
-            let m = self.metrics.borrow();
-            (m.state.is_leader() && m.current_leader == Some(self.id)).then_some(m.current_term)
-        };
-        self.tenure.note(term)
-    }
-
     /// Every master of the membership with its role as this master, the leader, sees
     /// it, and the current term. A follower answers `NotLeader`.
     pub fn masters(&self) -> FsResult<(Vec<MasterInfo>, u64)> {

@@ -156,8 +156,6 @@ pub struct Replica {
     reads: reads::ReadIndex,
     /// Where snapshots are received (`<meta_dir>/snapshots`).
     snap_dir: std::path::PathBuf,
-    /// Since when this master leads (`led_for`).
-    tenure: super::tenure::Tenure,
     /// Proposals to log, in order (`submit`).
     proposals: propose::Queue,
 }
@@ -260,7 +258,6 @@ impl Replica {
             runtime: Mutex::new(Some(runtime)),
             reads: Default::default(),
             snap_dir,
-            tenure: Default::default(),
         }))
     }
 

@@ -73,6 +73,10 @@ impl Namespace {
             debug!(worker = id.0, from = page.first, to = %end, blocks = reported.len(),
                 "block report page, all as recorded");
         }
+        if page.last == u64::MAX {
+            // its last page: the master knows every replica this worker holds
+            self.note_reported(id);
+        }
         Ok((BlockReportPageResponse { reregister: false }, seq))
     }
 
