@@ -297,8 +297,11 @@ async fn heartbeat_loop(s: &mut Session, task: &Task) {
                         info!(master = %s.master(), "the leader changed; registering with it");
                         continue;
                     }
-                    warn!(master = %s.master(), error = %e, "heartbeat failed; will re-register");
-                    retry_wait
+                    warn!(master = %s.master(), error = %e, "heartbeat failed; re-registering");
+                    // at once: a master restarted is back within moments and waits for
+                    // this worker's report before it serves reads of its blocks; one
+                    // that is down refuses, and the registration's retries wait
+                    continue;
                 }
             }
         };
